@@ -1,0 +1,109 @@
+"""Checks for the course's exercises, graded against live torch.
+
+In a notebook (the setup cell)::
+
+    from autograder import checker
+    check = checker("01_leaves")      # starts the oracle in the background
+
+    check("q1", q1_answer)            # visible check: prints feedback, never raises
+
+In a locked nbgrader test cell::
+
+    from autograder import grade, verify
+    grade("01_leaves", "q1", q1_answer)                      # raises AssertionError unless right
+    verify("01_leaves", "q1", q1_answer, variant="hidden")   # hidden tests
+
+Expected answers are computed by the oracle process (:mod:`autograder.oracle`)
+from a torch the learner's kernel cannot patch; answers travel to it as data
+(functions as source code). Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+from autograder.client import OracleUnavailable, ask, oracle
+from autograder.encoding import AnswerEncodingError
+
+__all__ = ["checker", "check", "grade", "verify", "Checker", "format_verdict", "warm_up"]
+
+OK, WRONG, TODO = "\u2713", "\u2717", "\u2026"
+
+
+def format_verdict(verdict: dict, title: str | None = None) -> str:
+    """Feedback text for a verdict (as returned by the oracle)."""
+    findings = verdict.get("findings", [])
+    right = sum(1 for f in findings if f["ok"])
+    name = title or verdict.get("question", "")
+    if verdict.get("score", 0) >= 1 - 1e-9 and verdict.get("answered", True):
+        head = f"{OK} {name}: all right ({right}/{len(findings)})."
+    elif not verdict.get("answered", True) and right == 0:
+        head = f"{TODO} {name}: not answered yet."
+    else:
+        head = f"{WRONG} {name}: {right}/{len(findings)} right, keep going."
+    lines = [head]
+    for f in findings:
+        lines.append(f"  {OK if f['ok'] else WRONG} {f['text']}")
+    return "\n".join(lines)
+
+
+def _verdict(lesson: str, qid: str, answer, part: str | None, variant: str) -> dict:
+    try:
+        return ask(lesson, qid, answer, part=part, variant=variant)
+    except AnswerEncodingError as exc:
+        return {"question": qid, "score": 0.0, "answered": False,
+                "findings": [{"ok": False, "text": f"Your answer could not be read: {exc}."}]}
+
+
+def check(lesson: str, qid: str, answer, part: str | None = None) -> dict:
+    """Visible check for learners: print specific feedback; never raises on a wrong answer."""
+    try:
+        verdict = _verdict(lesson, qid, answer, part, "visible")
+    except OracleUnavailable as exc:
+        print(f"{WRONG} could not check {qid}: {exc}")
+        return {"question": qid, "score": 0.0, "answered": False, "findings": []}
+    label = qid if part is None else f"{qid} ({part})"
+    print(format_verdict(verdict, label))
+    return verdict
+
+
+def _require(lesson: str, qid: str, answer, part: str | None, variant: str) -> None:
+    verdict = _verdict(lesson, qid, answer, part, variant)
+    if not (verdict.get("score", 0) >= 1 - 1e-9 and verdict.get("answered", True)):
+        label = qid if part is None else f"{qid} ({part})"
+        raise AssertionError("\n" + format_verdict(verdict, label))
+
+
+def grade(lesson: str, qid: str, answer, part: str | None = None) -> None:
+    """For graded test cells: raise AssertionError with the feedback unless fully right."""
+    _require(lesson, qid, answer, part, "visible")
+
+
+def verify(lesson: str, qid: str, answer, part: str | None = None, variant: str = "hidden") -> None:
+    """For hidden tests: like :func:`grade`, with the question's hidden variant."""
+    _require(lesson, qid, answer, part, variant)
+
+
+def warm_up(*lessons: str) -> None:
+    """Start the oracle in the background (the notebook's setup cell calls this)."""
+    try:
+        oracle().start(preload=list(lessons))
+    except OSError:
+        pass  # reported by the first check instead
+
+
+class Checker:
+    """``check = checker("01_leaves")``; then ``check("q1", answer)`` in the notebook."""
+
+    def __init__(self, lesson: str):
+        self.lesson = lesson
+
+    def __call__(self, qid: str, answer, part: str | None = None) -> dict:
+        return check(self.lesson, qid, answer, part)
+
+    def __repr__(self) -> str:
+        return f"<checker for {self.lesson}>"
+
+
+def checker(lesson: str) -> Checker:
+    """A visible-check function bound to one assignment; also warms up the oracle."""
+    warm_up(lesson)
+    return Checker(lesson)

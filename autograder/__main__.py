@@ -1,0 +1,51 @@
+"""``autograder`` / ``python -m autograder``: instructor commands for this course.
+
+    autograder release [ASSIGNMENT ...]   regenerate release/ from source/ with nbgrader
+    autograder release --check            exit 1 if release/ is stale (what CI checks)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from autograder import release
+
+    course = Path(args.course).resolve()
+    names = args.assignments or None
+    if args.check:
+        problems = release.check_release(course, names)
+        for p in problems:
+            print(p)
+        if problems:
+            print("release/ is stale: run `autograder release` and commit the result.")
+            return 1
+        print("release/ matches what nbgrader generates from source/.")
+        return 0
+    for name in release.regenerate(course, names):
+        print(f"regenerated release/{name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autograder", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rel = sub.add_parser("release", help="regenerate or check release/ from source/")
+    rel.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    rel.add_argument("--check", action="store_true", help="only report whether release/ is stale")
+    rel.add_argument("--course", default=".", help="course root (default: current folder)")
+    rel.set_defaults(func=_cmd_release)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The kernel side of the checks: talk to the oracle process.
+
+One oracle process per kernel is started on first use (``warm_up`` starts it in
+the background from the notebook's setup cell, so ``import torch`` in it overlaps
+the learner's reading). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+
+from autograder.encoding import encode
+
+# Leave room for the oracle's own start (importing torch takes a few seconds on a
+# cold laptop) on top of the per-check timeout.
+START_ALLOWANCE = 60.0
+CHECK_TIMEOUT = 20.0
+
+
+class OracleUnavailable(RuntimeError):
+    """The oracle process could not be started or stopped answering."""
+
+
+def _oracle_command(once: bool = False) -> list[str]:
+    cmd = [sys.executable, "-I", "-m", "autograder.oracle"]
+    return cmd + ["--once"] if once else cmd
+
+
+class Oracle:
+    """A persistent oracle subprocess speaking JSON lines."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._replies: queue.Queue = queue.Queue()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._workdir = tempfile.mkdtemp(prefix="autograder-oracle-")
+        self._started = False
+
+    # -- process management
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, preload: list[str] | None = None) -> None:
+        """Start the process if it is not running; returns at once."""
+        if self._alive():
+            return
+        self._replies = queue.Queue()
+        self._proc = subprocess.Popen(
+            _oracle_command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # a graded cell scores 0 on any stderr output
+            cwd=self._workdir,
+            text=True,
+            bufsize=1,
+        )
+        self._started = False
+        proc = self._proc
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        self._send({"op": "ping", "id": 0, "preload": preload or []})
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                self._replies.put(json.loads(line))
+            except ValueError:
+                continue
+        self._replies.put(None)  # the process ended
+
+    def _send(self, message: dict) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(message) + "\n")
+        self._proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            try:
+                if self._proc.stdin:
+                    self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+            self._proc = None
+
+    # -- requests
+    def ask(self, request: dict, timeout: float = CHECK_TIMEOUT) -> dict:
+        """Send one request and wait for its verdict (JSON data)."""
+        if not hasattr(os, "fork"):
+            return self._ask_once(request, timeout)
+        with self._lock:
+            for attempt in (1, 2):
+                if not self._alive():
+                    self.start()
+                rid = next(self._ids)
+                try:
+                    self._send(dict(request, id=rid, timeout=timeout))
+                except (BrokenPipeError, OSError):
+                    self._proc = None
+                    continue
+                wait = timeout + 5.0 + (START_ALLOWANCE if not self._started else 0.0)
+                reply = self._wait_for(rid, wait)
+                if reply is not None:
+                    self._started = True
+                    return reply["verdict"]
+                self.stop()
+                if attempt == 2:
+                    break
+        raise OracleUnavailable(
+            "the checker process did not answer; restart the kernel and run the notebook again"
+        )
+
+    def _wait_for(self, rid: int, wait: float) -> dict | None:
+        while True:
+            try:
+                reply = self._replies.get(timeout=wait)
+            except queue.Empty:
+                return None
+            if reply is None:  # the process died
+                return None
+            if reply.get("id") == 0:
+                self._started = True
+            if reply.get("id") == rid:
+                return reply
+
+    def _ask_once(self, request: dict, timeout: float) -> dict:
+        """Platforms without fork: one fresh process per check."""
+        try:
+            out = subprocess.run(
+                _oracle_command(once=True),
+                input=json.dumps(request) + "\n",
+                capture_output=True,
+                text=True,
+                timeout=timeout + START_ALLOWANCE,
+                cwd=self._workdir,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise OracleUnavailable(f"checking took longer than {timeout:g} s") from exc
+        return json.loads(out.stdout.strip().splitlines()[-1])["verdict"]
+
+
+_ORACLE: Oracle | None = None
+
+
+def oracle() -> Oracle:
+    """The kernel's shared oracle (started lazily)."""
+    global _ORACLE
+    if _ORACLE is None:
+        _ORACLE = Oracle()
+        atexit.register(_ORACLE.stop)
+    return _ORACLE
+
+
+def ask(lesson: str, question: str, answer, part: str | None = None,
+        variant: str = "visible", timeout: float = CHECK_TIMEOUT) -> dict:
+    """Encode ``answer`` and ask the oracle for a verdict (JSON data)."""
+    request = {
+        "op": "evaluate",
+        "lesson": lesson,
+        "question": question,
+        "part": part,
+        "variant": variant,
+        "answer": encode(answer),
+    }
+    return oracle().ask(request, timeout)

@@ -1,0 +1,127 @@
+"""The misconceptions the course corrects, each with a short name and the truth.
+
+Feedback names the misconception a wrong answer reveals, so a learner reads
+"thinks leaf means trainable" instead of "assertion failed". Keys are stable:
+lessons and tests refer to them. The numbers in ``myth`` point at the list of
+seed errors in the course brief (shared/COURSE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Misconception:
+    name: str
+    truth: str
+    lesson: str
+
+
+MISCONCEPTIONS: dict[str, Misconception] = {
+    "leaf_means_trainable": Misconception(
+        "thinks leaf means trainable",
+        "every tensor that does not require grad is a leaf by convention; being a leaf only "
+        "means no recorded operation made it (an ordinary parcel is a leaf too).",
+        "01_leaves",
+    ),
+    "created_is_not_leaf": Misconception(
+        "thinks a hand-made tensor needs an operation to enter the graph",
+        "a tensor you create yourself, with or without requires_grad, is a leaf: it is where "
+        "the route starts.",
+        "01_leaves",
+    ),
+    "output_can_be_leaf": Misconception(
+        "thinks a computed result can be a leaf while its inputs require grad",
+        "anything computed from a tensor that requires grad records a grad_fn and is a non-leaf "
+        "(a transit station, a semi-finished dish).",
+        "01_leaves",
+    ),
+    "no_grad_inputs_make_nonleaf": Misconception(
+        "thinks every computed tensor is a non-leaf",
+        "a result computed only from tensors that do not require grad records no history: it is "
+        "a leaf with requires_grad=False (mixing bottled sauces records no recipe).",
+        "01_leaves",
+    ),
+    "nonleaf_grad_never_computed": Misconception(
+        "thinks non-leaf gradients are never computed",
+        "backward computes the gradient of every tensor on the path (a hook sees it); it is "
+        "only not *stored* in .grad unless you call retain_grad().",
+        "01_leaves",
+    ),
+    "nonleaf_grad_stored": Misconception(
+        "thinks backward stores .grad on every tensor",
+        "only leaves that require grad keep .grad (only sorting centres keep efficiency "
+        "reports); a non-leaf's .grad stays None unless retain_grad() was called before backward.",
+        "01_leaves",
+    ),
+    "constant_gets_grad": Misconception(
+        "thinks a leaf that does not require grad receives a gradient",
+        "nobody audits an ordinary parcel: a tensor with requires_grad=False never gets .grad.",
+        "01_leaves",
+    ),
+    "nonleaf_grad_silent": Misconception(
+        "thinks reading a non-leaf's .grad is silent",
+        "reading .grad of a non-leaf returns None *and* emits a UserWarning pointing at "
+        "retain_grad().",
+        "01_leaves",
+    ),
+    "grad_fn_on_leaf": Misconception(
+        "thinks a parameter has a grad_fn",
+        "grad_fn is the recipe step that made a tensor; a leaf was made by no recorded step, so "
+        "its grad_fn is None even when it requires grad.",
+        "01_leaves",
+    ),
+    "graph_is_all_leaves": Misconception(
+        "thinks the autograd graph is made of tensors, or of leaves only",
+        "the graph torch records is made of backward Functions (MulBackward0, ...); each leaf "
+        "that requires grad is reached through an AccumulateGrad node.",
+        "01_leaves",
+    ),
+    "mean_grad_halved": Misconception(
+        "copies seed 004's printed x.grad for mean(2*x)",
+        "d/dx_i mean(2*x) = 2/n; with n = 2 that is 1.0, not 0.5.",
+        "01_leaves",
+    ),
+    "require_grad_typo": Misconception(
+        "spells the flag require_grad",
+        "the flag is requires_grad (with an s); torch.tensor(..., require_grad=True) is a "
+        "TypeError and setting t.require_grad = True just adds an unused attribute.",
+        "01_leaves",
+    ),
+    "grad_accumulates_not": Misconception(
+        "thinks backward overwrites .grad",
+        "backward adds into .grad; call backward twice without zeroing and the gradient doubles.",
+        "02_retain_grad",
+    ),
+    "retain_grad_after_backward": Misconception(
+        "thinks retain_grad() works after backward()",
+        "retain_grad() must be installed before backward runs; afterwards it silently does "
+        "nothing for the pass that already happened.",
+        "02_retain_grad",
+    ),
+    "detach_copies": Misconception(
+        "thinks detach() makes a copy",
+        "detach() returns a tensor that shares storage and the version counter with the "
+        "original; use detach().clone() for a real copy.",
+        "03_detach",
+    ),
+    "detach_freezes": Misconception(
+        "thinks p.detach() freezes a parameter",
+        "p.detach() returns a new tensor and leaves p trainable; freeze with "
+        "p.requires_grad_(False).",
+        "03_detach",
+    ),
+    "inplace_always_fatal": Misconception(
+        "thinks every in-place operation breaks backward",
+        "autograd raises only when a value saved for backward was overwritten; z = x*y; "
+        "z.add_(1) backpropagates fine.",
+        "06_inplace",
+    ),
+    "grad_none_check_enough": Misconception(
+        "thinks `grad is None` finds every gradient problem",
+        "zero gradients (dead branches, x*0) are not None, and zero_grad() sets grads to None "
+        "by default since torch 2.0, which raises false alarms.",
+        "07_gradient_clinic",
+    ),
+}

@@ -1,0 +1,91 @@
+"""Generate ``release/`` from ``source/`` with stock nbgrader, and check it is fresh.
+
+Both run ``nbgrader generate_assignment`` in a scratch copy of the course (the
+config file and ``source/``), so the repository's own gradebook is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from autograder.pipeline import assignments, generate_release
+
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
+
+def _scratch_course(course: Path, tmp: Path) -> Path:
+    root = tmp / "course"
+    root.mkdir()
+    shutil.copy2(course / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(course / "source", root / "source",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return root
+
+
+def generate_all(course: Path, names: list[str] | None, tmp: Path) -> Path:
+    """Generate the release of ``names`` (default: all) in a scratch copy; return its root."""
+    root = _scratch_course(course, tmp)
+    for name in names or assignments(course):
+        generate_release(name, root)
+    return root
+
+
+def regenerate(course: Path, names: list[str] | None = None) -> list[str]:
+    """Replace ``release/NAME`` for each assignment with freshly generated files."""
+    names = names or assignments(course)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = generate_all(course, names, Path(tmp))
+        for name in names:
+            target = course / "release" / name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(root / "release" / name, target)
+    return names
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    return {
+        str(p.relative_to(folder)): p
+        for p in folder.rglob("*")
+        if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts
+    }
+
+
+def leaks(notebook: dict) -> list[str]:
+    """Solution or hidden-test markers left in a (release) notebook."""
+    found = []
+    for i, cell in enumerate(notebook.get("cells", [])):
+        src = "".join(cell.get("source", ""))
+        for marker in SOLUTION_MARKERS + HIDDEN_MARKERS:
+            if marker in src:
+                found.append(f"cell {i} contains {marker!r}")
+    return found
+
+
+def check_release(course: Path, names: list[str] | None = None) -> list[str]:
+    """Differences between ``release/`` and what nbgrader generates now (empty: fresh)."""
+    names = names or assignments(course)
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = generate_all(course, names, Path(tmp))
+        for name in names:
+            fresh = _files(root / "release" / name)
+            have = _files(course / "release" / name)
+            for rel in sorted(set(fresh) - set(have)):
+                problems.append(f"release/{name}/{rel} is missing")
+            for rel in sorted(set(have) - set(fresh)):
+                problems.append(f"release/{name}/{rel} is not generated from source/")
+            for rel in sorted(set(fresh) & set(have)):
+                a, b = fresh[rel], have[rel]
+                if rel.endswith(".ipynb"):
+                    nb = json.loads(b.read_text(encoding="utf-8"))
+                    if json.loads(a.read_text(encoding="utf-8")) != nb:
+                        problems.append(f"release/{name}/{rel} differs from the generated version")
+                    problems += [f"release/{name}/{rel}: {leak}" for leak in leaks(nb)]
+                elif a.read_bytes() != b.read_bytes():
+                    problems.append(f"release/{name}/{rel} differs from the generated version")
+    return problems

@@ -1,0 +1,29 @@
+"""The learner-facing helpers of the course: analogies, graph drawing, widgets.
+
+Importing ``course`` is cheap and has no side effects; torch, matplotlib and
+ipywidgets are imported by the submodules that need them, when they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["seed_everything"]
+
+_LAZY = {}  # public name -> submodule, filled in as submodules are added
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Fix torch's and Python's random seeds (notebooks call this in their setup cell)."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"course.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'course' has no attribute {name!r}")

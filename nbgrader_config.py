@@ -1,0 +1,50 @@
+"""nbgrader configuration: the repository root is the nbgrader course root.
+
+Everything is relative to this file, so a clean clone works wherever it lies.
+"""
+
+import os
+
+c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+c.CourseDirectory.root = HERE
+c.CourseDirectory.course_id = "leaf-tensors"
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+
+# Assignments of the course, in order (ids never change once released).
+c.CourseDirectory.db_assignments = [
+    dict(name="01_leaves"),
+]
+
+# The formgrader and the assignment list need an exchange folder that exists.
+# A course served to many users sets NBGRADER_EXCHANGE to a shared folder instead.
+EXCHANGE = os.environ.get("NBGRADER_EXCHANGE", os.path.join(HERE, "exchange"))
+os.makedirs(EXCHANGE, exist_ok=True)
+c.Exchange.root = EXCHANGE
+
+# Timeouts suited to torch: a kernel start plus `import torch` can take several
+# seconds on a cold laptop, and the first check starts the oracle process (which
+# imports torch once more). No exercise needs more than a second of compute.
+c.Execute.timeout = 120
+c.Execute.startup_timeout = 120
+c.ExecutePreprocessor.timeout = 120
+
+# Student versions keep the answer template above the solution region; the stub
+# below it tells the learner where to write.
+c.ClearSolutions.code_stub = {
+    "python": "# YOUR CODE HERE\nraise NotImplementedError()",
+}
+
+# nbgrader scores a graded test cell 0 when it writes anything to stderr. The
+# checks never touch learner tensors in the kernel, so torch warnings should not
+# arise there; if one does (a learner cell's warning surfacing late), it must not
+# zero a correct answer.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"[A-Za-z]*Warning: "
+
+# Keep huge learner outputs out of the gradebook and the feedback.
+c.LimitOutput.max_lines = 1000
+c.LimitOutput.max_traceback = 100
