@@ -78,6 +78,12 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "that requires grad is reached through an AccumulateGrad node.",
         "01_leaves",
     ),
+    "one_route_only": Misconception(
+        "follows only one route back to a leaf",
+        "when a tensor reaches the output by several routes, backward adds the gradients of "
+        "all routes (a sorting centre gets reports from every line it feeds).",
+        "01_leaves",
+    ),
     "mean_grad_halved": Misconception(
         "copies seed 004's printed x.grad for mean(2*x)",
         "d/dx_i mean(2*x) = 2/n; with n = 2 that is 1.0, not 0.5.",

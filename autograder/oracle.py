@@ -112,7 +112,8 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
     _, status = os.waitpid(pid, 0)
     if timed_out:
         return Verdict.problem(
-            qid, f"Checking took longer than {timeout:g} s and was stopped: does your code loop forever?"
+            qid, f"Checking took longer than {timeout:g} s and was stopped: does your code loop forever?",
+            answered=True,
         ).to_json()
     if chunks:
         try:
@@ -125,7 +126,8 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
         how = f"exited with code {os.WEXITSTATUS(status)}"
     return Verdict.problem(
         qid, f"The checker process running your code {how} before giving a result "
-        "(does your code call exit() or crash the interpreter?)."
+        "(does your code call exit() or crash the interpreter?).",
+        answered=True,
     ).to_json()
 
 

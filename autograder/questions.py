@@ -84,17 +84,17 @@ class Verdict:
         )
 
     @classmethod
-    def problem(cls, question: str, text: str) -> Verdict:
+    def problem(cls, question: str, text: str, answered: bool = False) -> Verdict:
         """A verdict for an answer that could not be checked at all."""
-        return cls(question=question, score=0.0, answered=False, findings=[Finding(False, text)])
+        return cls(question=question, score=0.0, answered=answered,
+                   findings=[Finding(False, text)])
 
 
 def myth_text(key: str | None) -> str:
     """The learner-facing name and correction of a named misconception."""
     if not key:
         return ""
-    m = MISCONCEPTIONS[key]
-    return f"{m.name}: {m.truth}"
+    return MISCONCEPTIONS[key].name
 
 
 # --------------------------------------------------------------------------- comparing
@@ -180,9 +180,23 @@ class Predict(Question):
     """
 
     items: list[Item] = []
+    #: The scenario exactly as the notebook shows it; ``scenario()`` runs this text.
+    code: str = ""
+
+    def facts(self, ns: dict[str, Any]) -> dict[str, Any]:
+        """Read the answers off the namespace in which ``code`` ran (use torchfacts)."""
+        raise NotImplementedError
 
     def scenario(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Run ``code`` with live torch and return the facts, keyed like ``items``."""
+        import torch
+
+        torch.manual_seed(0)
+        ns = learner_namespace()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(self.code, f"<scenario {self.lesson}/{self.qid}>", "exec"), ns)  # noqa: S102
+        return self.facts(ns)
 
     def parts(self) -> list[str]:
         seen: list[str] = []
@@ -232,7 +246,7 @@ class Predict(Question):
             myth = item.myth_for(given, expected)
             text = f"`{item.key}`: not quite -- you said {show(given)}, torch says {show(expected)}. {item.why}"
             if myth:
-                text += f" (Misconception -- {myth_text(myth)})"
+                text += f" [Misconception: {myth_text(myth)}.]"
             findings.append(Finding(False, text, item.key, misconception=myth, part=item.part))
         return Verdict(self.qid, right / len(items), findings, answered=answered)
 
@@ -368,7 +382,7 @@ class WriteCode(Question):
             else:
                 text = f"{req.text} -- no{': ' + detail if detail else '.'}"
                 if req.myth:
-                    text += f" (Misconception -- {myth_text(req.myth)})"
+                    text += f" [Misconception: {myth_text(req.myth)}.]"
                 findings.append(Finding(False, text, misconception=req.myth, part=req.part))
         return Verdict(self.qid, right / len(reqs), findings)
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["seed_everything"]
+__all__ = ["seed_everything", "tensor_table", "caught_warnings", "finite_difference"]
 
-_LAZY = {}  # public name -> submodule, filled in as submodules are added
+_LAZY = {  # public name -> submodule
+    "tensor_table": "facts",
+    "caught_warnings": "facts",
+    "finite_difference": "facts",
+}
 
 
 def seed_everything(seed: int = 0) -> None:

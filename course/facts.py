@@ -1,0 +1,147 @@
+"""Tables of what autograd knows about named tensors (first taught in lesson 01).
+
+``tensor_table(a=a, b=b)`` shows, for each tensor, the three questions the
+course asks of any tensor -- ``is_leaf``, ``requires_grad``, ``grad_fn`` -- plus
+what ``.grad`` holds and the tensor's role in the chosen analogy. Reading
+``.grad`` here never emits the non-leaf UserWarning: the table reads it quietly
+and says "None (not kept)" for a non-leaf.
+"""
+
+from __future__ import annotations
+
+import html
+import warnings
+from dataclasses import dataclass
+
+ROLES = {
+    "technical": {
+        "parameter": "leaf, requires grad",
+        "constant": "leaf, no grad",
+        "intermediate": "non-leaf",
+    },
+    "logistics": {
+        "parameter": "sorting centre",
+        "constant": "ordinary parcel",
+        "intermediate": "transit station",
+    },
+    "kitchen": {
+        "parameter": "market ingredient",
+        "constant": "bottled sauce",
+        "intermediate": "semi-finished dish",
+    },
+}
+
+
+def kind_of(t) -> str:
+    """``'parameter'`` (leaf that requires grad), ``'constant'`` (leaf without grad) or
+    ``'intermediate'`` (non-leaf)."""
+    if not t.is_leaf:
+        return "intermediate"
+    return "parameter" if t.requires_grad else "constant"
+
+
+def quiet_grad(t):
+    """``t.grad`` without the UserWarning a non-leaf emits."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return t.grad
+
+
+def _fmt_grad(t) -> str:
+    g = quiet_grad(t)
+    if g is None:
+        if not t.is_leaf and not t.retains_grad:
+            return "None (not kept)"
+        return "None"
+    values = g.detach().flatten().tolist()
+    shown = ", ".join(f"{v:.4g}" for v in values[:6])
+    more = ", ..." if len(values) > 6 else ""
+    return f"[{shown}{more}]" if g.dim() else shown
+
+
+@dataclass
+class Row:
+    name: str
+    is_leaf: bool
+    requires_grad: bool
+    grad_fn: str
+    grad: str
+    role: str
+
+
+class TensorTable:
+    """A small table that renders as HTML in Jupyter and as text elsewhere."""
+
+    columns = ("tensor", "is_leaf", "requires_grad", "grad_fn", ".grad", "role")
+
+    def __init__(self, rows: list[Row], theme: str):
+        self.rows = rows
+        self.theme = theme
+
+    def _cells(self, r: Row) -> tuple[str, ...]:
+        return (r.name, str(r.is_leaf), str(r.requires_grad), r.grad_fn, r.grad, r.role)
+
+    def __repr__(self) -> str:
+        data = [self.columns] + [self._cells(r) for r in self.rows]
+        widths = [max(len(row[i]) for row in data) for i in range(len(self.columns))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in data]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
+            for r in self.rows
+        )
+        return (f'<table class="tensor-table"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+
+def tensor_table(theme: str = "technical", **tensors) -> TensorTable:
+    """Facts about each named tensor, e.g. ``tensor_table("logistics", w=w, parcel=parcel)``."""
+    if theme not in ROLES:
+        raise ValueError(f"theme must be one of {sorted(ROLES)}, not {theme!r}")
+    rows = []
+    for name, t in tensors.items():
+        fn = t.grad_fn
+        rows.append(Row(
+            name=name,
+            is_leaf=bool(t.is_leaf),
+            requires_grad=bool(t.requires_grad),
+            grad_fn="None" if fn is None else type(fn).__name__,
+            grad=_fmt_grad(t),
+            role=ROLES[theme][kind_of(t)],
+        ))
+    return TensorTable(rows, theme)
+
+
+def caught_warnings(action) -> list[str]:
+    """Run ``action()`` and return the warnings it emitted as ``'Category: message'`` lines.
+
+    Lets a notebook *show* a warning (such as the non-leaf ``.grad`` one) as data,
+    instead of letting it print to stderr.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        action()
+    return [f"{w.category.__name__}: {str(w.message).split('. ')[0]}." for w in caught]
+
+
+def finite_difference(f, x, eps: float = 1e-3):
+    """Central finite differences of a scalar function ``f`` at tensor ``x`` (float64).
+
+    The third way to check a gradient, after by hand and by autograd.
+    """
+    import torch
+
+    x = x.detach().to(torch.float64)
+    grad = torch.zeros_like(x)
+    flat = grad.view(-1)
+    for i in range(x.numel()):
+        step = torch.zeros_like(x).view(-1)
+        step[i] = eps
+        step = step.view_as(x)
+        flat[i] = (f(x + step) - f(x - step)) / (2 * eps)
+    return grad
