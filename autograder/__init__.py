@@ -23,7 +23,9 @@ from __future__ import annotations
 from autograder.client import OracleUnavailable, ask, oracle
 from autograder.encoding import AnswerEncodingError
 
-__all__ = ["checker", "check", "grade", "verify", "Checker", "format_verdict", "warm_up"]
+__all__ = [
+    "checker", "check", "grade", "verify", "Checker", "Feedback", "format_verdict", "warm_up",
+]
 
 OK, WRONG, TODO = "\u2713", "\u2717", "\u2026"
 
@@ -53,16 +55,55 @@ def _verdict(lesson: str, qid: str, answer, part: str | None, variant: str) -> d
                 "findings": [{"ok": False, "text": f"Your answer could not be read: {exc}."}]}
 
 
-def check(lesson: str, qid: str, answer, part: str | None = None) -> dict:
-    """Visible check for learners: print specific feedback; never raises on a wrong answer."""
+class Feedback:
+    """What a visible check shows: the verdict, rendered as text (and HTML in Jupyter).
+
+    ``score`` (0 to 1), ``passed`` and ``findings`` are there for code that wants them.
+    """
+
+    def __init__(self, verdict: dict, label: str):
+        self.verdict = verdict
+        self.label = label
+
+    @property
+    def score(self) -> float:
+        return float(self.verdict.get("score", 0.0))
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= 1 - 1e-9 and bool(self.verdict.get("answered", True))
+
+    @property
+    def findings(self) -> list[dict]:
+        return list(self.verdict.get("findings", []))
+
+    def __repr__(self) -> str:
+        return format_verdict(self.verdict, self.label)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        colour = "#1a7f37" if self.passed else "#b35900"
+        lines = format_verdict(self.verdict, self.label).splitlines()
+        head = f'<div style="font-weight:bold;color:{colour}">{html.escape(lines[0])}</div>'
+        rows = "".join(
+            f'<li style="color:{"#1a7f37" if ln.strip().startswith(OK) else "#b3261e"}">'
+            f"{html.escape(ln.strip()[2:])}</li>"
+            for ln in lines[1:]
+        )
+        return (f'<div class="autograder-feedback">{head}'
+                f'<ul style="list-style:none;padding-left:1em;margin:0.2em 0">{rows}</ul></div>')
+
+
+def check(lesson: str, qid: str, answer, part: str | None = None) -> Feedback:
+    """Visible check for learners: specific feedback, never an exception for a wrong answer."""
+    label = qid if part is None else f"{qid} ({part})"
     try:
         verdict = _verdict(lesson, qid, answer, part, "visible")
     except OracleUnavailable as exc:
-        print(f"{WRONG} could not check {qid}: {exc}")
-        return {"question": qid, "score": 0.0, "answered": False, "findings": []}
-    label = qid if part is None else f"{qid} ({part})"
-    print(format_verdict(verdict, label))
-    return verdict
+        verdict = {"question": qid, "score": 0.0, "answered": False,
+                   "findings": [{"ok": False, "text": f"could not check {qid}: {exc}"}]}
+    return Feedback(verdict, label)
 
 
 def _require(lesson: str, qid: str, answer, part: str | None, variant: str) -> None:
@@ -96,7 +137,7 @@ class Checker:
     def __init__(self, lesson: str):
         self.lesson = lesson
 
-    def __call__(self, qid: str, answer, part: str | None = None) -> dict:
+    def __call__(self, qid: str, answer, part: str | None = None) -> Feedback:
         return check(self.lesson, qid, answer, part)
 
     def __repr__(self) -> str:

@@ -1,0 +1,89 @@
+"""Shared helpers of the test suite: reading course notebooks and building submissions."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "source"
+RELEASE = ROOT / "release"
+
+MARKER = re.compile(r"^\s*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)\s*$")
+
+
+def assignments() -> list[str]:
+    return sorted(p.name for p in SOURCE.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def notebook_path(assignment: str, where: Path = SOURCE) -> Path:
+    (path,) = sorted((where / assignment).glob("*.ipynb"))
+    return path
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(str(path), as_version=4)
+
+
+def meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_answer(cell) -> bool:
+    return bool(meta(cell).get("solution")) and cell.cell_type == "code"
+
+
+def is_graded_test(cell) -> bool:
+    m = meta(cell)
+    return bool(m.get("grade")) and not m.get("solution") and cell.cell_type == "code"
+
+
+def strip_markers(source: str) -> str:
+    """A source answer cell as a learner who solved it would leave it."""
+    return "\n".join(line for line in source.splitlines() if not MARKER.match(line))
+
+
+def solved_sources(assignment: str) -> dict[str, str]:
+    """grade_id -> the solved text of each answer cell, from the source notebook."""
+    nb = read(notebook_path(assignment))
+    return {meta(c)["grade_id"]: strip_markers(c.source) for c in nb.cells if is_answer(c)}
+
+
+def submission(assignment: str, solve: set[str] | None = None) -> nbformat.NotebookNode:
+    """The release notebook with the answer cells in ``solve`` (default: all) solved."""
+    nb = read(notebook_path(assignment, RELEASE))
+    solved = solved_sources(assignment)
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        gid = meta(cell).get("grade_id")
+        if is_answer(cell) and (solve is None or gid in solve):
+            cell.source = solved[gid]
+    return out
+
+
+def answer_ids(assignment: str) -> list[str]:
+    nb = read(notebook_path(assignment, RELEASE))
+    return [meta(c)["grade_id"] for c in nb.cells if is_answer(c)]
+
+
+def make_course(tmp: Path) -> Path:
+    """A scratch nbgrader course: this course's config and source/, nothing else."""
+    course = tmp / "course"
+    course.mkdir()
+    shutil.copy2(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(SOURCE, course / "source",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return course
+
+
+def submit(course: Path, student: str, assignment: str, nb: nbformat.NotebookNode) -> Path:
+    name = notebook_path(assignment).name
+    folder = course / "submitted" / student / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    nbformat.write(nb, str(path))
+    return path

@@ -1,0 +1,291 @@
+"""Unit tests of the checks: answers from the notebooks, misconceptions, tampering, the oracle."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import math
+
+import pytest
+import torch
+from helpers import (
+    ROOT,
+    assignments,
+    is_answer,
+    is_graded_test,
+    meta,
+    notebook_path,
+    read,
+    strip_markers,
+)
+
+import autograder
+from autograder import client
+from autograder.encoding import LearnerFunction, decode, encode
+from autograder.oracle import evaluate
+from autograder.questions import Item, Predict, values_equal
+
+ASSIGNMENTS = assignments()
+
+
+def _graded_calls(assignment):
+    """(qid, part, variant, answer variable name) of every grade/verify call in graded cells."""
+    calls = []
+    for cell in read(notebook_path(assignment)).cells:
+        if not is_graded_test(cell):
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"grade", "verify"}:
+                kw = {k.arg: k.value.value for k in node.keywords}
+                variant = kw.get("variant", "hidden" if node.func.id == "verify" else "visible")
+                calls.append((node.args[1].value, kw.get("part"), variant, node.args[2].id))
+    return calls
+
+
+def _answers(assignment, where):
+    """Run the answer cells of the source (solved) or release (blank) notebook here."""
+    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "math": math}
+    sources = {}
+    for cell in read(notebook_path(assignment, ROOT / where)).cells:
+        if not is_answer(cell):
+            continue
+        src = strip_markers(cell.source)
+        sources[meta(cell)["grade_id"]] = src
+        try:
+            exec(compile(src, meta(cell)["grade_id"], "exec"), ns)
+        except NotImplementedError:
+            pass  # the release stub, after the template was assigned
+    defs = {}
+    for src in sources.values():  # the last definition of a name wins, as in the kernel
+        for node in ast.parse(src).body:
+            if isinstance(node, ast.FunctionDef):
+                defs[node.name] = ast.get_source_segment(src, node)
+    return ns, defs
+
+
+def _encode(name, ns, defs):
+    value = ns.get(name, ...)
+    if callable(value) and name in defs:
+        return {"__function__": defs[name], "name": name}
+    return encode(value)
+
+
+def _evaluate(assignment, qid, part, variant, answer_json):
+    return evaluate({"lesson": assignment, "question": qid, "part": part, "variant": variant,
+                     "answer": answer_json})
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solutions_pass_every_check(assignment):
+    ns, defs = _answers(assignment, "source")
+    for qid, part, variant, var in _graded_calls(assignment):
+        verdict = _evaluate(assignment, qid, part, variant, _encode(var, ns, defs))
+        assert verdict["score"] == 1.0 and verdict["answered"], (qid, part, verdict)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_blank_answers_fail_every_check(assignment):
+    ns, defs = _answers(assignment, "release")
+    for qid, part, variant, var in _graded_calls(assignment):
+        verdict = _evaluate(assignment, qid, part, variant, _encode(var, ns, defs))
+        assert verdict["score"] < 1.0 or not verdict["answered"], (qid, part, verdict)
+
+
+# ---------------------------------------------------------------- lesson 01 feedback
+
+def _l01(qid, answer, part=None, variant="visible"):
+    return _evaluate("01_leaves", qid, part, variant, encode(answer))
+
+
+def _myths(verdict):
+    return {f["misconception"] for f in verdict["findings"] if not f["ok"]}
+
+
+Q1_RIGHT = {"flour": True, "dough": False, "bread": False, "meat": True, "water": True,
+            "salt": True}
+
+
+@pytest.mark.parametrize("wrong, myth", [
+    ({"water": False}, "leaf_means_trainable"),
+    ({"salt": False}, "no_grad_inputs_make_nonleaf"),
+    ({"dough": True}, "output_can_be_leaf"),
+    ({"flour": False}, "created_is_not_leaf"),
+])
+def test_q1_names_the_misconception(wrong, myth):
+    verdict = _l01("q1", {**Q1_RIGHT, **wrong})
+    assert myth in _myths(verdict)
+    assert 0 < verdict["score"] < 1
+    (bad,) = [f for f in verdict["findings"] if not f["ok"]]
+    assert "torch says" in bad["text"] and "Misconception" in bad["text"]
+
+
+def test_q1_parts_score_separately():
+    assert _l01("q1", {**Q1_RIGHT, "water": False, "salt": False}, part="basics")["score"] == 1
+    assert _l01("q1", {**Q1_RIGHT, "water": False, "salt": False}, part="tricky")["score"] == 0
+
+
+def test_unanswered_and_non_bool_answers_get_plain_words():
+    verdict = _l01("q1", {**Q1_RIGHT, "salt": ...})
+    assert not verdict["answered"]
+    assert any("not answered yet" in f["text"] for f in verdict["findings"])
+    verdict = _l01("q1", {**Q1_RIGHT, "salt": "yes"})
+    assert any("True or False" in f["text"] for f in verdict["findings"])
+
+
+def test_q3_station_grad_is_not_stored():
+    verdict = _l01("q3", {"w.grad": [0.5, -1.0, 2.0], "parcel.grad": None,
+                          "station.grad": [0.5, -1.0, 2.0]})
+    assert _myths(verdict) == {"nonleaf_grad_stored"}
+
+
+def test_q4_silent_non_leaf_read_is_a_myth():
+    verdict = _l01("q4", {"w.grad": False, "parcel.grad": False, "station.grad": False,
+                          "kept.grad": False})
+    assert _myths(verdict) == {"nonleaf_grad_silent"}
+
+
+def test_q5_one_route_only():
+    verdict = _l01("q5", {"a.grad": -3.0, "b.grad": -3.75})  # d alone: a*b = -3
+    assert _myths(verdict) == {"one_route_only"}
+
+
+def test_q6_seed_printout_is_a_named_myth():
+    assert _myths(_l01("q6", [0.5, 0.5])) == {"mean_grad_halved"}
+    assert _l01("q6", torch.tensor([1.0, 1.0]))["score"] == 1.0  # a tensor answer is fine too
+
+
+def _fn(src):
+    name = ast.parse(src).body[0].name
+    return {"__function__": src, "name": name}
+
+
+def test_code_question_reports_the_learners_exception():
+    verdict = _evaluate("01_leaves", "q8", None, "visible",
+                        _fn("def stock_kitchen():\n    raise NotImplementedError()\n"))
+    assert verdict["score"] == 0
+    assert "NotImplementedError" in verdict["findings"][0]["text"]
+
+
+def test_code_question_explains_missing_globals():
+    verdict = _evaluate("01_leaves", "q11", None, "visible",
+                        _fn("def weigh_parcels():\n    return helper()\n"))
+    assert "on its own" in verdict["findings"][0]["text"]
+
+
+# ---------------------------------------------------------------- live torch, not constants
+
+def test_expected_answers_come_from_running_the_scenario():
+    class Flipped(Predict):
+        qid = "tmp"
+        code = "t = torch.tensor(1.0, requires_grad=True)\nu = t * 2\n"
+        items = [Item("u", "")]
+
+        def facts(self, ns):
+            return {"u": ns["u"].is_leaf}
+
+    q = Flipped()
+    assert q.grade({"u": False}).score == 1.0
+    q.code = "t = torch.tensor(1.0)\nu = t * 2\n"  # no grad upstream: u becomes a leaf
+    assert q.grade({"u": False}).score == 0.0
+
+
+# ---------------------------------------------------------------- tampering
+
+def test_tampered_torch_in_the_kernel_does_not_change_expected_answers(monkeypatch):
+    monkeypatch.setattr(torch.Tensor, "is_leaf", property(lambda self: True), raising=False)
+    assert torch.tensor(1.0, requires_grad=True).mul(2).is_leaf is True  # the tamper works here
+    verdict = client.ask("01_leaves", "q1", {k: True for k in Q1_RIGHT})
+    assert verdict["score"] < 1.0
+    assert client.ask("01_leaves", "q1", Q1_RIGHT)["score"] == 1.0
+
+
+def test_learner_code_that_patches_torch_cannot_fake_a_leaf_structure():
+    src = (
+        "def stock_kitchen():\n"
+        "    torch.Tensor.is_leaf = property(lambda self: not self.requires_grad or True)\n"
+        "    torch.Tensor.requires_grad = property(lambda self: True)\n"
+        "    x = torch.tensor(1.0, requires_grad=True) * 2\n"
+        "    return {'flour': x, 'sauce': x, 'dough': x, 'glaze': x}\n"
+    )
+    verdict = _evaluate("01_leaves", "q8", None, "visible", _fn(src))
+    assert verdict["score"] < 0.5, verdict
+
+
+def test_a_tensor_subclass_cannot_lie_about_being_a_leaf():
+    src = (
+        "def tune_centre():\n"
+        "    class Liar(torch.Tensor):\n"
+        "        @property\n"
+        "        def is_leaf(self):\n"
+        "            return True\n"
+        "    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\n"
+        "    v = (w * 1.0).as_subclass(Liar)\n"
+        "    (v ** 2).sum().backward()\n"
+        "    return v\n"
+    )
+    verdict = _evaluate("01_leaves", "q10", None, "visible", _fn(src))
+    assert verdict["score"] < 1.0
+
+
+def test_redefining_the_check_in_the_kernel_does_not_pass_hidden_tests(monkeypatch):
+    monkeypatch.setattr(autograder, "grade", lambda *a, **k: None)
+    autograder.grade("01_leaves", "q6", [0.5, 0.5])  # the tampered visible check says nothing
+    with pytest.raises(AssertionError, match="mean"):
+        autograder.verify("01_leaves", "q6", [0.5, 0.5])
+
+
+def test_a_hanging_answer_times_out_and_the_oracle_keeps_working():
+    src = "def weigh_parcels():\n    while True:\n        pass\n"
+    oracle = client.oracle()
+    verdict = oracle.ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
+                          "answer": _fn(src)}, timeout=2)
+    assert verdict["score"] == 0 and "longer than 2 s" in verdict["findings"][0]["text"]
+    assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
+
+
+def test_an_answer_that_kills_its_process_gets_a_clear_verdict():
+    src = "def weigh_parcels():\n    import os\n    os._exit(3)\n"
+    verdict = client.oracle().ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
+                                   "answer": _fn(src)})
+    assert "exited with code 3" in verdict["findings"][0]["text"]
+    assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
+
+
+def test_the_oracle_restarts_after_dying():
+    oracle = client.oracle()
+    assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
+    oracle._proc.kill()
+    oracle._proc.wait()
+    assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
+
+
+def test_feedback_renders_as_text_and_html():
+    fb = autograder.check("01_leaves", "q6", [0.5, 0.5])
+    assert not fb.passed and "mean" in repr(fb) and "<li" in fb._repr_html_()
+    assert autograder.check("01_leaves", "q6", [1.0, 1.0]).passed
+
+
+def test_unknown_question_and_part_are_reported():
+    assert "Unknown question" in _l01("q99", 1)["findings"][0]["text"]
+    assert "no part" in _l01("q1", Q1_RIGHT, part="nope")["findings"][0]["text"]
+
+
+# ---------------------------------------------------------------- encoding
+
+def test_encoding_round_trip():
+    data = encode({"a": ..., "b": RuntimeError, "c": torch.tensor([1.0, 2.0]), "d": [None, True],
+                   "e": float("nan")})
+    back = decode(data)
+    assert back["a"] is Ellipsis and back["b"] == "RuntimeError"
+    assert back["c"].values == [1.0, 2.0] and math.isnan(back["e"])
+    assert values_equal(back["c"], [1.0, 2.0])
+
+
+def test_functions_travel_as_source():
+    out = decode(_fn("def f():\n    return 1\n"))
+    assert isinstance(out, LearnerFunction) and out.name == "f"
+
+
+def test_lesson_modules_import_without_side_effects():
+    for a in ASSIGNMENTS:
+        importlib.import_module(f"autograder.lessons.l{a}")

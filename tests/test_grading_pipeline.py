@@ -1,0 +1,96 @@
+"""Every assignment through the real nbgrader pipeline, scores read from the real gradebook.
+
+For each assignment, in a scratch copy of the course: ``nbgrader generate_assignment``,
+then submissions built from the release notebook (solved, untouched, half solved,
+and two that tamper with torch or the checks), ``nbgrader autograde``, and the
+scores read back with ``nbgrader.api.Gradebook``.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from helpers import answer_ids, assignments, make_course, submission, submit
+
+from autograder.pipeline import nbgrader, read_scores
+
+pytestmark = [pytest.mark.grading, pytest.mark.slow]
+
+TAMPER_TORCH = """\
+import torch
+# Make every tensor claim to be a leaf, every .grad a fixed value: the checks must not care.
+torch.Tensor.is_leaf = property(lambda self: True)
+torch.Tensor.grad = property(lambda self: torch.ones(3))
+"""
+
+TAMPER_CHECKS = """\
+import autograder
+# Replace the public check functions with ones that always pass.
+autograder.grade = lambda *args, **kwargs: None
+autograder.check = lambda *args, **kwargs: None
+grade = check = lambda *args, **kwargs: None
+"""
+
+
+def _with_cell_after_setup(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
+    idx = next(i for i, c in enumerate(nb.cells)
+               if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
+    nb.cells.insert(idx + 1, nbformat.v4.new_code_cell(source))
+    for cell in nb.cells:  # a learner's inserted cell has an id; keep ids unique
+        cell.setdefault("id", f"x{id(cell)}")
+    return nb
+
+
+@pytest.fixture(scope="module", params=assignments())
+def graded(request, tmp_path_factory):
+    assignment = request.param
+    course = make_course(tmp_path_factory.mktemp(assignment))
+    nbgrader("generate_assignment", assignment, "--force", course=course)
+    ids = answer_ids(assignment)
+    half = set(ids[: len(ids) // 2])
+    submit(course, "full", assignment, submission(assignment))
+    submit(course, "blank", assignment, submission(assignment, solve=set()))
+    submit(course, "partial", assignment, submission(assignment, solve=half))
+    submit(course, "tamper_torch", assignment,
+           _with_cell_after_setup(submission(assignment, solve=set()), TAMPER_TORCH))
+    submit(course, "tamper_checks", assignment,
+           _with_cell_after_setup(submission(assignment, solve=set()), TAMPER_CHECKS))
+    proc = nbgrader("autograde", assignment, "--force", course=course)
+    scores = read_scores(course, assignment)
+    return assignment, course, scores, proc
+
+
+def test_solution_scores_full_marks(graded):
+    assignment, _, scores, proc = graded
+    s = scores["full"]
+    assert s.max_score > 0
+    assert s.score == s.max_score, (s.per_cell, proc.stdout[-3000:], proc.stderr[-3000:])
+
+
+def test_untouched_release_scores_zero(graded):
+    _, _, scores, _ = graded
+    assert scores["blank"].score == 0, scores["blank"].per_cell
+
+
+def test_half_solved_scores_strictly_between(graded):
+    _, _, scores, _ = graded
+    s = scores["partial"]
+    assert 0 < s.score < s.max_score, s.per_cell
+
+
+def test_tampering_with_torch_earns_nothing(graded):
+    _, _, scores, _ = graded
+    assert scores["tamper_torch"].score == 0, scores["tamper_torch"].per_cell
+
+
+def test_replacing_the_checks_earns_nothing(graded):
+    _, _, scores, _ = graded
+    assert scores["tamper_checks"].score == 0, scores["tamper_checks"].per_cell
+
+
+def test_feedback_is_generated_and_shows_hidden_tests(graded):
+    assignment, course, _, _ = graded
+    nbgrader("generate_feedback", assignment, "--student", "partial", "--force", course=course)
+    html = next((course / "feedback" / "partial" / assignment).glob("*.html")).read_text()
+    assert "BEGIN HIDDEN TESTS" in html or "verify(" in html
+    assert "Misconception" in html or "not answered yet" in html

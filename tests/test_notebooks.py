@@ -1,0 +1,165 @@
+"""Static checks of the source notebooks and of the committed release.
+
+(The source notebooks are *executed* by nbval, collected from ``source/``; see the
+README. The release is executed by the grading-pipeline tests.)
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+
+import pytest
+from helpers import (
+    ROOT,
+    assignments,
+    is_answer,
+    is_graded_test,
+    meta,
+    notebook_path,
+    read,
+)
+
+from autograder.questions import Predict, WriteCode
+from autograder.release import check_release, leaks
+
+ASSIGNMENTS = assignments()
+CHECK_CALLS = {"grade", "verify"}
+
+
+def test_there_are_assignments():
+    assert "01_leaves" in ASSIGNMENTS
+
+
+def test_config_lists_every_assignment():
+    text = (ROOT / "nbgrader_config.py").read_text()
+    for name in ASSIGNMENTS:
+        assert f'dict(name="{name}")' in text, f"{name} missing from db_assignments"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_source_is_stored_without_outputs(assignment):
+    nb = read(notebook_path(assignment))
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"cell {i} has outputs"
+            assert cell.execution_count is None, f"cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_notebook_name_matches_assignment(assignment):
+    assert notebook_path(assignment).stem == assignment
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_outline(assignment):
+    """Title, setup cell marked 'run this', a summary, exercises (STYLE.md's outline)."""
+    nb = read(notebook_path(assignment))
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "run this, don't change it" in text
+    assert "## Summary" in text and "## Exercises" in text
+    setup = [c for c in nb.cells if meta(c).get("grade_id") == "setup"]
+    assert len(setup) == 1 and meta(setup[0]).get("locked")
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_grade_ids_are_unique_and_readable(assignment):
+    nb = read(notebook_path(assignment))
+    ids = [meta(c)["grade_id"] for c in nb.cells if meta(c)]
+    assert len(ids) == len(set(ids))
+    for gid in ids:
+        assert gid.replace("_", "").isalnum() and not gid.startswith("cell-"), gid
+
+
+def _graded_cells(assignment):
+    nb = read(notebook_path(assignment))
+    return [c for c in nb.cells if is_graded_test(c)]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_at_least_eight_questions_of_three_kinds(assignment):
+    lesson = importlib.import_module(f"autograder.lessons.l{assignment}").lesson
+    assert len(lesson.questions) >= 8
+    kinds = {Predict if isinstance(q, Predict) else WriteCode for q in lesson.questions.values()
+             if isinstance(q, Predict | WriteCode)}
+    assert kinds == {Predict, WriteCode}
+    titles = " ".join(q.title.lower() for q in lesson.questions.values())
+    assert "find the bug" in titles
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_graded_cell_ends_in_a_check_that_can_fail(assignment):
+    """No bare trailing expression: nbgrader gives full marks to a cell that shows ``False``."""
+    for cell in _graded_cells(assignment):
+        tree = ast.parse(cell.source)
+        last = tree.body[-1]
+        ok = isinstance(last, ast.Assert) or (
+            isinstance(last, ast.Expr)
+            and isinstance(last.value, ast.Call)
+            and isinstance(last.value.func, ast.Name)
+            and last.value.func.id in CHECK_CALLS
+        )
+        assert ok, f"{meta(cell)['grade_id']} ends in {ast.dump(last)[:80]}"
+        assert ast.get_docstring(tree), f"{meta(cell)['grade_id']} has no docstring"
+        assert "### BEGIN HIDDEN TESTS" in cell.source, f"{meta(cell)['grade_id']} has no hidden tests"
+        assert meta(cell)["points"] > 0
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_graded_cells_name_real_questions_and_cover_every_part(assignment):
+    lesson = importlib.import_module(f"autograder.lessons.l{assignment}").lesson
+    covered = set()
+    for cell in _graded_cells(assignment):
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in CHECK_CALLS:
+                lesson_id, qid = node.args[0].value, node.args[1].value
+                assert lesson_id == assignment
+                question = lesson[qid]
+                part = next((k.value.value for k in node.keywords if k.arg == "part"), None)
+                assert part is None or part in question.parts()
+                covered.update([(qid, p) for p in ([part] if part else question.parts())])
+    for qid, question in lesson.questions.items():
+        for part in question.parts():
+            assert (qid, part) in covered, f"{qid} part {part} is never graded"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_answer_cell_has_a_visible_check_then_a_graded_cell(assignment):
+    nb = read(notebook_path(assignment))
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if not is_answer(cell):
+            continue
+        after = cells[i + 1 : i + 4]
+        assert any("check(" in c.source and not is_graded_test(c) for c in after), (
+            f"{meta(cell)['grade_id']}: no visible check right after it"
+        )
+        assert any(is_graded_test(c) for c in after), f"{meta(cell)['grade_id']}: no graded cell"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_predict_scenarios_are_shown_verbatim(assignment):
+    """A predict question grades the very code the learner reads in the notebook."""
+    lesson = importlib.import_module(f"autograder.lessons.l{assignment}").lesson
+    text = "\n".join(c.source for c in read(notebook_path(assignment)).cells)
+    for qid, q in lesson.questions.items():
+        if isinstance(q, Predict):
+            assert q.code.strip() in text, f"{qid}'s scenario is not shown in the notebook"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_has_no_solutions_hidden_tests_or_outputs(assignment):
+    path = notebook_path(assignment, ROOT / "release")
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert leaks(nb) == []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == []
+
+
+@pytest.mark.grading
+def test_release_is_what_nbgrader_generates_from_source_now():
+    problems = check_release(ROOT)
+    assert problems == [], "\n".join(problems) + "\nrun `autograder release` and commit"
