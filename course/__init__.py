@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["seed_everything", "tensor_table", "caught_warnings", "finite_difference"]
+__all__ = ["seed_everything", "tensor_table", "caught_warnings", "finite_difference", "quiet_grad"]
 
 _LAZY = {  # public name -> submodule
     "tensor_table": "facts",
     "caught_warnings": "facts",
     "finite_difference": "facts",
+    "quiet_grad": "facts",
 }
 
 
