@@ -94,3 +94,45 @@ def test_feedback_is_generated_and_shows_hidden_tests(graded):
     html = next((course / "feedback" / "partial" / assignment).glob("*.html")).read_text()
     assert "BEGIN HIDDEN TESTS" in html or "verify(" in html
     assert "Misconception" in html or "not answered yet" in html
+
+
+WARNING_NOTEBOOK_CELLS = [
+    ("setup", False, "import torch\nimport warnings\n"),
+    ("warns", True, '''"""A correct answer whose cell makes torch warn on stderr."""
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y = x * 2
+y.sum().backward()
+warnings.simplefilter("always")
+assert y.grad is None   # reading a non-leaf's .grad: torch emits a UserWarning
+'''),
+]
+
+
+def test_torch_warnings_do_not_zero_a_correct_answer(tmp_path):
+    """nbgrader scores any stderr as a failure; the course config drops warning lines."""
+    course = make_course(tmp_path)
+    folder = course / "source" / "99_warning"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook()
+    for gid, graded, src in WARNING_NOTEBOOK_CELLS:
+        cell = nbformat.v4.new_code_cell(src)
+        cell.metadata["nbgrader"] = {"grade": graded, "grade_id": gid, "locked": True,
+                                     "points": 1 if graded else 0, "schema_version": 3,
+                                     "solution": False, "task": False}
+        nb.cells.append(cell)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(folder / "99_warning.ipynb"))
+    nbgrader("generate_assignment", "99_warning", "--force", course=course)
+    released = nbformat.read(str(course / "release" / "99_warning" / "99_warning.ipynb"), 4)
+    for student in ("alice", "bob"):
+        path = course / "submitted" / student / "99_warning" / "99_warning.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(released, str(path))
+    nbgrader("autograde", "99_warning", "--student", "alice", "--force", course=course)
+    # Without the course's IgnorePattern the same answer scores 0: the warning is real.
+    nbgrader("autograde", "99_warning", "--student", "bob", "--force",
+             "--IgnorePattern.enabled=False", course=course)
+    scores = read_scores(course, "99_warning")
+    assert scores["alice"].score == 1
+    assert scores["bob"].score == 0
