@@ -1,0 +1,136 @@
+"""course.draw: legends per theme, distinct styles per kind, big graphs, no leaked figures."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from course import themes  # noqa: E402
+from course.draw import draw_graph, graph_layout, render_png  # noqa: E402
+from course.graph import build_graph  # noqa: E402
+
+
+def seed003_after_backward():
+    a = torch.tensor(2.0, requires_grad=True)
+    b = torch.tensor(3.0, requires_grad=True)
+    k = torch.tensor(1.5)  # an ordinary parcel, saved by MulBackward0
+    c = a + b
+    d = a * b
+    e = c * d * k
+    c.retain_grad()
+    d.register_hook(lambda g: None)
+    e.backward(retain_graph=True)  # keeps the saved k visible to build_graph
+    return build_graph(e, namespace=locals())
+
+
+def legend_texts(fig) -> list[str]:
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_legend_uses_the_theme_words(theme):
+    fig = draw_graph(seed003_after_backward(), theme=theme)
+    try:
+        texts = legend_texts(fig)
+        for key in ("parameter", "constant", "intermediate", "function", "retained", "hooked"):
+            assert themes.term(theme, key) in texts
+    finally:
+        plt.close(fig)
+
+
+def test_logistics_and_kitchen_words():
+    assert themes.term("logistics", "parameter") == "sorting centre"
+    assert themes.term("logistics", "intermediate") == "transit station"
+    assert themes.term("logistics", "constant") == "ordinary parcel"
+    assert themes.term("kitchen", "parameter") == "market ingredient"
+    assert themes.term("kitchen", "intermediate") == "semi-finished dish"
+    assert themes.term("kitchen", "constant") == "bottled sauce"
+    with pytest.raises(ValueError):
+        themes.term("pirate", "parameter")
+
+
+def test_glossary_agrees_with_tensor_tables():
+    from course.facts import ROLES
+
+    for theme in themes.THEMES:
+        for kind in ("parameter", "constant", "intermediate"):
+            assert ROLES[theme][kind] == themes.term(theme, kind)
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_each_kind_looks_different(theme):
+    styles = [themes.node_style(k, theme) for k in themes.KINDS]
+    looks = {(s["facecolor"], s["boxstyle"], s["linestyle"]) for s in styles}
+    assert len(looks) == len(themes.KINDS)
+    assert len({s["boxstyle"] for s in styles}) == len(themes.KINDS)
+
+
+def test_grads_and_marks_are_drawn():
+    fig = draw_graph(seed003_after_backward(), theme="technical", title="seed 003")
+    try:
+        texts = [t.get_text() for t in fig.axes[0].texts]
+        assert "grad 31.5" in texts and "grad 9" in texts  # a.grad and retained c.grad (x1.5)
+        assert themes.term("technical", "gradient") in legend_texts(fig)
+        edgecolors = {matplotlib.colors.to_hex(p.get_edgecolor()) for p in fig.axes[0].patches}
+        assert themes.MARK_STYLE["retained"]["color"] in edgecolors
+    finally:
+        plt.close(fig)
+
+
+def test_layout_is_left_to_right():
+    g = seed003_after_backward()
+    grid = graph_layout(g)
+    assert grid["a"][0] < grid["accumulate(a)"][0] < grid["c"][0] < grid["e"][0]
+    assert grid["e"][0] == max(c for c, _ in grid.values())
+
+
+def deep_graph(blocks: int):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(4, 4), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers)
+    x = torch.randn(2, 4)
+    loss = model(x).pow(2).mean()
+    return build_graph(loss, namespace={"model": model, "x": x, "loss": loss})
+
+
+def test_sixty_node_graph_renders_readably():
+    g = deep_graph(8)
+    assert 55 <= len(g) <= 70
+    png = render_png(g, "kitchen", title="deep")
+    img = Image.open(io.BytesIO(png))
+    # one column per layer at a fixed size in inches: labels keep their size as graphs grow
+    assert img.width > 1500 and img.height > 150
+    assert img.getextrema()[0][0] < 100  # something dark was drawn
+
+
+def test_no_figures_leak():
+    before = set(plt.get_fignums())
+    render_png(seed003_after_backward(), "logistics")
+    assert set(plt.get_fignums()) == before
+    fig = draw_graph(seed003_after_backward())
+    assert set(plt.get_fignums()) == before | {fig.number}
+    plt.close(fig)
+    _, ax = plt.subplots()
+    assert draw_graph(seed003_after_backward(), ax=ax) is ax.figure
+    plt.close(ax.figure)
+
+
+def test_draw_graph_accepts_tensors():
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = (a * 2).sum()
+    fig = draw_graph(y, namespace={"a": a, "y": y}, theme="logistics")
+    try:
+        texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+        assert "a [2]" in texts and "MulBackward0" in texts
+    finally:
+        plt.close(fig)
