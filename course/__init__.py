@@ -15,6 +15,10 @@ _LAZY = {  # public name -> submodule
     "caught_warnings": "facts",
     "finite_difference": "facts",
     "quiet_grad": "facts",
+    "build_graph": "graph",
+    "draw_graph": "draw",
+    "GraphExplorer": "widgets",
+    "BackwardStepper": "widgets",
 }
 
 
