@@ -1,0 +1,563 @@
+"""Interactive explorers of autograd graphs, with static twins (first used in lesson 01).
+
+``GraphExplorer("seed003")`` shows a scenario's graph and a table of its tensors;
+its controls change the live torch computation (``requires_grad`` of the inputs,
+``detach()``, ``retain_grad()``, ``no_grad()``, a hook, ``backward()``, the theme)
+and every change re-runs the scenario with real torch and redraws.
+``BackwardStepper("seed003")`` walks through ``backward()`` one backward function
+at a time, in the order torch itself ran them (recorded with ``Node`` pre-hooks
+and hooks), showing which gradient arrives where and which ones are stored.
+
+A *scenario* is a small recipe of steps (name = expression), re-executed on every
+change. Both widgets have a static twin (``.static_figure()``); when ipywidgets is
+missing or ``NBGRADER_EXECUTION`` is set (nbgrader autograding), displaying a widget
+shows a PNG of that figure and the table instead.
+
+Redraws put PNG bytes into the output area (``out.outputs = ()`` then
+``append_display_data``): ``clear_output`` + ``plt.show()`` sometimes left a stale
+figure in JupyterLab (see BROWSER.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from course import themes
+
+__all__ = ["Step", "Scenario", "Controls", "Run", "SCENARIOS", "run_scenario",
+           "GraphExplorer", "BackwardStepper", "static_mode"]
+
+NONE = "(none)"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of a recipe: ``name = expr``.
+
+    ``kind`` is ``"input"`` (a leaf the learner can toggle; ``requires_grad`` is its
+    starting value), ``"module"`` (an ``nn.Module``; its parameters become inputs)
+    or ``"op"`` (a computed tensor).
+    """
+
+    name: str
+    expr: str
+    kind: str = "op"
+    requires_grad: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named recipe whose ``output`` step is the tensor ``backward()`` starts from."""
+
+    name: str
+    title: str
+    steps: tuple[Step, ...]
+    output: str
+    seed: int = 0
+
+    def step_names(self, kind: str | None = None) -> list[str]:
+        return [s.name for s in self.steps if kind is None or s.kind == kind]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("seed003", "e = (a + b) * (a * b)", (
+        Step("a", "torch.tensor(2.0)", "input", True),
+        Step("b", "torch.tensor(3.0)", "input", True),
+        Step("c", "a + b"),
+        Step("d", "a * b"),
+        Step("e", "c * d"),
+    ), output="e"),
+    Scenario("kitchen", "bread = sigmoid(flour * 0.5 + water)", (
+        Step("flour", "torch.tensor(2.0)", "input", True),
+        Step("water", "torch.tensor(3.0)", "input", False),
+        Step("dough", "flour * 0.5 + water"),
+        Step("bread", "dough.sigmoid()"),
+    ), output="bread"),
+    Scenario("parcel", "final = (input_package * w1).sum()", (
+        Step("w1", "torch.randn(5)", "input", True),
+        Step("w2", "torch.randn(5)", "input", True),
+        Step("input_package", "torch.randn(5)", "input", False),
+        Step("processed", "input_package * w1"),
+        Step("final", "processed.sum()"),
+    ), output="final"),
+    Scenario("sequential", "loss = model(x).pow(2).mean()", (
+        Step("x", "torch.randn(4, 3)", "input", False),
+        Step("model", "nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))", "module"),
+        Step("y", "model(x)"),
+        Step("loss", "y.pow(2).mean()"),
+    ), output="loss"),
+)}
+
+
+@dataclass
+class Controls:
+    """What the learner changed: each field names a step (or is ``None``)."""
+
+    requires_grad: dict[str, bool] = field(default_factory=dict)
+    detach: str | None = None     # replace this tensor by .detach() before it is used
+    retain: str | None = None     # call .retain_grad() on it
+    no_grad: str | None = None    # compute this step inside torch.no_grad()
+    hook: str | None = None       # register a hook that records the gradient passing
+    backward: bool = False        # call output.backward() at the end
+
+
+@dataclass
+class Run:
+    """One execution of a scenario: the live tensors, the graph, and what happened."""
+
+    tensors: dict            # learner name -> tensor (module parameters as model.0.weight)
+    namespace: dict          # what build_graph names things from
+    output: object
+    graph: object
+    hook_seen: list = field(default_factory=list)   # gradients the hook saw
+    messages: list = field(default_factory=list)    # errors torch raised, as text
+
+
+def static_mode() -> bool:
+    """True when widgets cannot be live: nbgrader autograding or no ipywidgets."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return True
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def scenario_inputs(scenario: Scenario) -> dict[str, bool]:
+    """The toggleable leaves of a scenario and their starting ``requires_grad``."""
+    import torch
+    from torch import nn
+
+    found = {}
+    for s in scenario.steps:
+        if s.kind == "input":
+            found[s.name] = s.requires_grad
+        elif s.kind == "module":
+            module = eval(s.expr, {"torch": torch, "nn": nn})  # course-authored recipe
+            found.update((f"{s.name}.{p}", True) for p, _ in module.named_parameters())
+    return found
+
+
+def _uses(expr: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> Run:
+    """Execute a scenario's recipe with real torch under ``controls``; build its graph."""
+    import torch
+    from torch import nn
+
+    from course.graph import add_constant_input, build_graph
+
+    scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    controls = controls or Controls()
+    torch.manual_seed(scenario.seed)
+    env: dict = {}
+    tensors: dict = {}
+    messages: list[str] = []
+    seen: list = []
+    for s in scenario.steps:
+        no_grad = torch.no_grad() if controls.no_grad == s.name else contextlib.nullcontext()
+        with no_grad:
+            value = eval(s.expr, {"torch": torch, "nn": nn}, dict(env))  # course-authored recipe
+        if s.kind == "module":
+            for pname, p in value.named_parameters():
+                p.requires_grad_(controls.requires_grad.get(f"{s.name}.{pname}", True))
+                tensors[f"{s.name}.{pname}"] = p
+            env[s.name] = value
+            continue
+        if s.kind == "input":
+            value.requires_grad_(controls.requires_grad.get(s.name, s.requires_grad))
+        if controls.detach == s.name:
+            value = value.detach()
+        if controls.retain == s.name:
+            _attempt(messages, f"{s.name}.retain_grad()", value.retain_grad)
+        if controls.hook == s.name:
+            _attempt(messages, f"{s.name}.register_hook(...)", value.register_hook,
+                     lambda g, name=s.name: seen.append((name, g.detach().clone())))
+        env[s.name] = value
+        tensors[s.name] = value
+    output = env[scenario.output]
+    if controls.backward:
+        target = output if output.dim() == 0 else output.sum()
+        _attempt(messages, f"{scenario.output}.backward()", target.backward)
+    graph = build_graph(output, namespace=env)
+    # Constants torch kept no trace of (water in flour*0.5 + water), from the recipe,
+    # walking back so that a no-grad chain (everything switched off) shows whole.
+    for s in reversed(scenario.steps):
+        if s.kind == "op" and s.name in graph:
+            for used in sorted(_uses(s.expr) & set(tensors)):
+                if not tensors[used].requires_grad:
+                    add_constant_input(graph, used, s.name, tensors[used])
+    return Run(tensors, env, output, graph, seen, messages)
+
+
+def _attempt(messages: list, what: str, action, *args) -> None:
+    """Run ``action``; a torch error becomes a message for the learner (first sentence)."""
+    try:
+        action(*args)
+    except RuntimeError as exc:
+        messages.append(f"{what} raised RuntimeError: {str(exc).splitlines()[0]}")
+
+
+def _png_widget_output(out, png: bytes) -> None:
+    """The reliable redraw: replace the output area's content with one PNG."""
+    from IPython.display import Image
+
+    out.outputs = ()
+    out.append_display_data(Image(data=png, format="png"))
+
+
+class _Twin:
+    """Display logic shared by both widgets: live widget, or the static twin."""
+
+    widget = None
+
+    def static_png(self) -> bytes:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _static_html(self) -> str:
+        return ""
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, Image, display
+
+        if self.widget is None or static_mode():
+            display(Image(data=self.static_png(), format="png"))
+            if self._static_html():
+                display(HTML(self._static_html()))
+        else:
+            display(self.widget)
+
+
+class GraphExplorer(_Twin):
+    """A scenario's live graph and tensor table, with controls that change the computation.
+
+    ``GraphExplorer("seed003", theme="logistics")``; scenarios: ``SCENARIOS`` keys or a
+    :class:`Scenario`. Python can drive it like the learner does, e.g.
+    ``ex.controls["requires_grad"]["a"].value = False`` or ``ex.set(backward=True)``.
+    """
+
+    def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
+                 dpi: int = 72):
+        self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+        self.theme = themes.check_theme(theme)
+        self.dpi = dpi
+        self.state = Controls(requires_grad=scenario_inputs(self.scenario))
+        self.run: Run | None = None
+        self.png = b""
+        self.table_html = ""
+        self.controls: dict = {}
+        self._recompute()
+        if not static_mode():
+            self._build_widgets()
+            self._show()
+
+    # -- the model ------------------------------------------------------------------
+    def set(self, **changes) -> GraphExplorer:
+        """Change controls (``requires_grad={'a': False}``, ``detach='c'``, ``backward=True``,
+        ``theme='kitchen'`` ...), re-run the scenario and redraw."""
+        for key, value in changes.items():
+            if key == "theme":
+                self.theme = themes.check_theme(value)
+            elif key == "requires_grad":
+                self.state.requires_grad.update(value)
+            else:
+                setattr(self.state, key, None if value == NONE else value)
+        self._recompute()
+        self._show()
+        return self
+
+    def _recompute(self) -> None:
+        from course.draw import render_png
+        from course.facts import tensor_table
+
+        self.run = run_scenario(self.scenario, self.state)
+        self.png = render_png(self.run.graph, self.theme, title=self.scenario.title, dpi=self.dpi)
+        self.table_html = tensor_table(self.theme, **self.run.tensors)._repr_html_()
+
+    def status(self) -> str:
+        """What torch said in the last run: errors, and what the hook saw."""
+        lines = list(self.run.messages)
+        word = themes.term(self.theme, "hooked")
+        lines += [f"{word} on {name} saw gradient {g.flatten().tolist()}"
+                  for name, g in self.run.hook_seen]
+        return "\n".join(lines)
+
+    def static_figure(self, ax=None):
+        """The static twin: the current graph as a matplotlib figure (``draw_graph``)."""
+        from course.draw import draw_graph
+
+        return draw_graph(self.run.graph, theme=self.theme, ax=ax, title=self.scenario.title)
+
+    def static_png(self) -> bytes:
+        return self.png
+
+    def _static_html(self) -> str:
+        return self.table_html
+
+    # -- the widgets ----------------------------------------------------------------
+    def _build_widgets(self) -> None:
+        import ipywidgets as w
+
+        s = self.scenario
+        toggles = {}
+        for name, flag in self.state.requires_grad.items():
+            t = w.ToggleButton(value=flag, description=f"{name}.requires_grad",
+                               layout=w.Layout(width="auto"))
+            t.add_class(f"ge-requires-grad-{name.replace('.', '-')}")
+            t.observe(lambda ch, n=name: self.set(requires_grad={n: ch["new"]}), "value")
+            toggles[name] = t
+        computed = s.step_names("op")
+        tensors_ = [n for n in s.step_names() if n not in s.step_names("module")]
+
+        def dropdown(key, label, options):
+            d = w.Dropdown(options=[NONE, *options], value=NONE, description=label,
+                           style={"description_width": "initial"}, layout=w.Layout(width="auto"))
+            d.add_class(f"ge-{key.replace('_', '-')}")
+            d.observe(lambda ch: self.set(**{key: ch["new"]}), "value")
+            return d
+
+        backward = w.ToggleButton(value=False, description=f"{s.output}.backward()",
+                                  icon="arrow-left", button_style="warning")
+        backward.add_class("ge-backward")
+        backward.observe(lambda ch: self.set(backward=ch["new"]), "value")
+        theme = w.Dropdown(options=list(themes.THEMES), value=self.theme, description="theme")
+        theme.add_class("ge-theme")
+        theme.observe(lambda ch: self.set(theme=ch["new"]), "value")
+        self.controls = {
+            "requires_grad": toggles,
+            "detach": dropdown("detach", "detach() at", tensors_),
+            "retain": dropdown("retain", "retain_grad() on", computed),
+            "no_grad": dropdown("no_grad", "no_grad() around", computed),
+            "hook": dropdown("hook", "hook on", tensors_),
+            "backward": backward,
+            "theme": theme,
+        }
+        self.figure_out = w.Output()
+        self.figure_out.add_class("ge-figure")
+        self.table = w.HTML()
+        self.table.add_class("ge-table")
+        self.status_html = w.HTML()
+        self.status_html.add_class("ge-status")
+        c = self.controls
+        self.widget = w.VBox([
+            w.HTML(f"<b>{s.title}</b>"),
+            w.HBox(list(toggles.values()), layout=w.Layout(flex_flow="row wrap")),
+            w.HBox([c["detach"], c["retain"], c["no_grad"], c["hook"]],
+                   layout=w.Layout(flex_flow="row wrap")),
+            w.HBox([backward, theme]),
+            self.status_html, self.figure_out, self.table,
+        ])
+        self.widget.add_class("graph-explorer")
+
+    def _show(self) -> None:
+        if self.widget is None:
+            return
+        import html
+
+        _png_widget_output(self.figure_out, self.png)
+        self.table.value = self.table_html
+        self.status_html.value = f"<pre>{html.escape(self.status())}</pre>" if self.status() else ""
+
+
+@dataclass
+class BackwardEvent:
+    """One backward function running, as torch reported it."""
+
+    number: int
+    node: str                 # graph node name (``mul``, ``accumulate(a)``)
+    torch_class: str
+    arriving: list            # gradient(s) w.r.t. the function's output(s)
+    sent: list                # (graph node that receives it, gradient) per input
+    stored_in: str | None     # tensor whose .grad keeps the arriving gradient, else None
+    tensor: str | None        # the named tensor this gradient belongs to, if any
+
+
+def record_backward(scenario: Scenario | str, controls: Controls | None = None):
+    """Run a scenario's backward with hooks on every backward function.
+
+    Returns ``(graph, events)``: the graph (built before backward, so saved
+    constants are still visible) with final ``.grad`` values, and the
+    :class:`BackwardEvent` list in the order torch ran the functions.
+    """
+    from course.graph import _quiet_grad
+
+    controls = Controls(**{**(controls or Controls()).__dict__, "backward": False})
+    run = run_scenario(scenario, controls)
+    g = run.graph
+    arriving: dict[str, list] = {}
+    order: list[tuple[str, list]] = []
+    handles = []
+    for n, d in g.nodes(data=True):
+        if d["kind"] != "function":
+            continue
+        fn = d["node"]
+        handles.append(fn.register_prehook(
+            lambda go, n=n: arriving.__setitem__(n, [_clone(x) for x in go])))
+        handles.append(fn.register_hook(
+            lambda gi, go, n=n: order.append((n, [_clone(x) for x in gi]))))
+    out = run.output
+    (out if out.dim() == 0 else out.sum()).backward()
+    for h in handles:
+        h.remove()
+    for d in g.nodes.values():
+        if d["kind"] != "function":
+            d["grad"] = _quiet_grad(d["tensor"])
+    events = []
+    for i, (n, grads_in) in enumerate(order, start=1):
+        d = g.nodes[n]
+        by_input = {e["input_nr"]: p for p, _, e in g.in_edges(n, data=True)
+                    if not e.get("recovered")}
+        sent = [(by_input[k], gr) for k, gr in enumerate(grads_in)
+                if gr is not None and k in by_input]
+        outs = [s for s in g.successors(n) if g.nodes[s]["kind"] != "function"]
+        if d["torch_class"] == "AccumulateGrad":
+            leaf = next(iter(g.predecessors(n)))
+            tensor, stored = leaf, leaf
+        else:
+            tensor = outs[0] if outs else None
+            stored = tensor if tensor and g.nodes[tensor].get("retains_grad") else None
+        events.append(BackwardEvent(i, n, d["torch_class"], arriving.get(n, []), sent, stored,
+                                    tensor))
+    return g, events
+
+
+def _clone(x):
+    return None if x is None else x.detach().clone()
+
+
+class BackwardStepper(_Twin):
+    """Step through ``backward()`` one backward function at a time, in torch's own order.
+
+    ``BackwardStepper("seed003", theme="logistics")``; ``.next()`` / ``.prev()`` from
+    Python, or the buttons. ``.events`` holds what torch reported.
+    """
+
+    def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
+                 controls: Controls | None = None, dpi: int = 72):
+        self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+        self.theme = themes.check_theme(theme)
+        self.dpi = dpi
+        self.graph, self.events = record_backward(self.scenario, controls)
+        self.position = 0
+        self.png = b""
+        self._render()
+        if not static_mode():
+            self._build_widgets()
+            self._show()
+
+    @property
+    def order(self) -> list[str]:
+        """Graph node names in the order torch ran them."""
+        return [e.node for e in self.events]
+
+    def next(self) -> BackwardStepper:
+        """Show one more step (stops at the last)."""
+        return self.goto(self.position + 1)
+
+    def prev(self) -> BackwardStepper:
+        """Show one step less (stops at the start)."""
+        return self.goto(self.position - 1)
+
+    def goto(self, position: int) -> BackwardStepper:
+        """Show the graph after ``position`` backward functions have run."""
+        self.position = max(0, min(len(self.events), position))
+        self._render()
+        self._show()
+        return self
+
+    def describe(self, position: int | None = None) -> str:
+        """The step in words: what arrives, what is sent on, what is kept."""
+        from course.draw import format_grad
+
+        k = self.position if position is None else position
+        if k == 0:
+            return (f"Before backward: {self.scenario.output}.backward() starts with gradient 1 "
+                    f"at {self.scenario.output}. {len(self.events)} steps, order recorded from torch.")
+        e = self.events[k - 1]
+        arriving = ", ".join(format_grad(g) for g in e.arriving if g is not None) or "-"
+        what = f" (gradient of {e.tensor})" if e.tensor else ""
+        text = f"Step {k}/{len(self.events)}: {e.node} ({e.torch_class}) receives {arriving}{what}"
+        if e.sent:
+            text += "; sends " + ", ".join(f"{format_grad(g)} to {p}" for p, g in e.sent)
+        if e.stored_in:
+            text += f". Stored in {e.stored_in}.grad"
+        elif e.tensor:
+            text += f". Not stored: {e.tensor}.grad stays None (computed, passed on, discarded)"
+        return text + "."
+
+    def _graph_at(self, k: int, final: bool = False):
+        g = self.graph.copy()
+        for d in g.nodes.values():
+            d.update(grad=None, highlight=False, faded=d["kind"] == "function" and not final)
+        for u, v in g.edges:
+            g.edges[u, v]["grad"] = None
+        for e in self.events[:k]:
+            g.nodes[e.node].update(faded=False, step=e.number, highlight=e.number == k and
+                                   not final)
+            for p, grad in e.sent:
+                g.edges[p, e.node]["grad"] = grad
+            if e.stored_in:
+                g.nodes[e.stored_in]["grad"] = self.graph.nodes[e.stored_in]["grad"]
+        return g
+
+    def static_figure(self, ax=None):
+        """The static twin: every step numbered, every gradient torch sent, on one figure."""
+        from course.draw import draw_graph
+
+        g = self._graph_at(len(self.events), final=True)
+        return draw_graph(g, theme=self.theme, ax=ax,
+                          title=f"backward order of {self.scenario.title}")
+
+    def static_png(self) -> bytes:
+        from course.draw import render_png
+
+        g = self._graph_at(len(self.events), final=True)
+        return render_png(g, self.theme, title=f"backward order of {self.scenario.title}",
+                          dpi=self.dpi)
+
+    def _static_html(self) -> str:
+        import html
+
+        items = "".join(f"<li>{html.escape(self.describe(k))}</li>"
+                        for k in range(1, len(self.events) + 1))
+        return f'<ol class="bs-order">{items}</ol>'
+
+    def _render(self) -> None:
+        from course.draw import render_png
+
+        self.png = render_png(self._graph_at(self.position), self.theme,
+                              title=self.scenario.title, dpi=self.dpi)
+
+    def _build_widgets(self) -> None:
+        import ipywidgets as w
+
+        self.buttons = {}
+        for key, label, step in (("prev", "◀ back", -1), ("next", "next ▶", 1)):
+            b = w.Button(description=label)
+            b.add_class(f"bs-{key}")
+            b.on_click(lambda _b, step=step: self.goto(self.position + step))
+            self.buttons[key] = b
+        reset = w.Button(description="reset")
+        reset.add_class("bs-reset")
+        reset.on_click(lambda _b: self.goto(0))
+        self.buttons["reset"] = reset
+        self.label = w.HTML()
+        self.label.add_class("bs-status")
+        self.figure_out = w.Output()
+        self.figure_out.add_class("bs-figure")
+        self.widget = w.VBox([w.HBox(list(self.buttons.values())), self.label, self.figure_out])
+        self.widget.add_class("backward-stepper")
+
+    def _show(self) -> None:
+        if self.widget is None:
+            return
+        import html
+
+        self.label.value = html.escape(self.describe())
+        _png_widget_output(self.figure_out, self.png)
