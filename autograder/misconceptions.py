@@ -130,4 +130,64 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "by default since torch 2.0, which raises false alarms.",
         "07_gradient_clinic",
     ),
+    "detach_keeps_grad": Misconception(
+        "thinks a detached tensor keeps its history",
+        "detach() (and detach().clone(), torch.tensor(t)) returns a leaf with requires_grad=False "
+        "and no grad_fn: the new waybill carries no sorting rule.",
+        "03_detach",
+    ),
+    "clone_shares_storage": Misconception(
+        "thinks detach().clone() still shares storage",
+        "clone() allocates new memory: writing into detach().clone() never reaches the original.",
+        "03_detach",
+    ),
+    "clone_cuts_history": Misconception(
+        "thinks clone() alone makes an independent copy",
+        "clone() is a recorded operation (CloneBackward0): the copy stays on the recipe and "
+        "requires grad; a fresh leaf is detach().clone().",
+        "03_detach",
+    ),
+    "torch_tensor_silent": Misconception(
+        "thinks torch.tensor(t) is a clean, silent copy",
+        "torch.tensor(t) on a tensor copies it but emits a UserWarning recommending "
+        "t.detach().clone(), which is the idiomatic copy.",
+        "03_detach",
+    ),
+    "requires_grad_off_nonleaf": Misconception(
+        "thinks requires_grad_(False) works on a computed tensor",
+        "only a leaf's requires_grad flag can be changed; on a non-leaf requires_grad_(False) "
+        "raises RuntimeError (use detach() there).",
+        "03_detach",
+    ),
+    "detach_inplace_harmless": Misconception(
+        "thinks detach_() is as harmless as detach()",
+        "detach_() changes the tensor itself: a non-leaf becomes a leaf cut off its recipe, a "
+        "leaf parameter stops requiring grad (it is frozen).",
+        "03_detach",
+    ),
+    "residual_detach_harmless": Misconception(
+        "thinks detaching the residual identity is harmless",
+        "x + identity.detach() removes the skip path's gradient; only the product of the "
+        "blocks' Jacobians is left, and in a deep stack the input gradient vanishes.",
+        "03_detach",
+    ),
+    "detach_in_loss_harmless": Misconception(
+        "thinks detaching a feature inside a loss only protects the graph",
+        "a term computed from feat.detach() sends no gradient to the layers that made feat: the "
+        "auxiliary loss trains nothing (seed 004, scenario 2).",
+        "03_detach",
+    ),
+    "detach_activation_freezes_one": Misconception(
+        "thinks detaching an activation freezes just one layer",
+        "detaching an activation cuts the gradient for everything upstream of it; freeze one "
+        "layer with requires_grad_(False) on its parameters and the gradient still flows "
+        "through it.",
+        "03_detach",
+    ),
+    "fake_batch_not_detached": Misconception(
+        "forgets to detach the fake batch in the discriminator step",
+        "D(G(z)) backpropagates into the generator; the discriminator step uses "
+        "D(G(z).detach()) so the generator gets no gradient from it.",
+        "03_detach",
+    ),
 }
