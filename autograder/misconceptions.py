@@ -106,6 +106,44 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "nothing for the pass that already happened.",
         "02_retain_grad",
     ),
+    "retains_grad_means_stored": Misconception(
+        "thinks retains_grad says a gradient was stored",
+        "retains_grad only records that retain_grad() was called; called after backward() it "
+        "is True while .grad stays None (the monitor arrived after the audit).",
+        "02_retain_grad",
+    ),
+    "retains_grad_on_leaf": Misconception(
+        "thinks retains_grad is True on a leaf whose .grad is kept",
+        "a leaf that requires grad always keeps .grad (through AccumulateGrad); retains_grad "
+        "is about non-leaves and stays False on a leaf, where retain_grad() is a no-op.",
+        "02_retain_grad",
+    ),
+    "zero_grad_fills_zeros": Misconception(
+        "thinks zero_grad() fills .grad with zeros",
+        "since torch 2.0 zero_grad() sets every .grad to None (set_to_none=True); only "
+        "zero_grad(set_to_none=False) leaves zero tensors.",
+        "02_retain_grad",
+    ),
+    "graph_survives_backward": Misconception(
+        "thinks a graph can be backpropagated again without retain_graph=True",
+        "backward() frees the tensors the graph saved for backward (the route is torn down); a "
+        "second backward through them raises RuntimeError unless the first used "
+        "retain_graph=True (or backward once through the sum of the losses).",
+        "02_retain_grad",
+    ),
+    "second_backward_always_fails": Misconception(
+        "thinks a second backward always raises",
+        "the error comes from saved tensors that were freed; a graph that saved none (x + 1, "
+        "a sum) can be backpropagated twice, and the gradients add up.",
+        "02_retain_grad",
+    ),
+    "retain_cost_fixed": Misconception(
+        "thinks keeping gradients costs a fixed share of memory",
+        "a retained .grad has the shape of its activation (batch x features), a parameter's "
+        ".grad the shape of the parameter: what retaining costs (seed 001's '20-40 %') depends "
+        "on the model and the batch, from under 1 % to over half.",
+        "02_retain_grad",
+    ),
     "detach_copies": Misconception(
         "thinks detach() makes a copy",
         "detach() returns a tensor that shares storage and the version counter with the "
