@@ -2,6 +2,7 @@
 
     autograder release [ASSIGNMENT ...]   regenerate release/ from source/ with nbgrader
     autograder release --check            exit 1 if release/ is stale (what CI checks)
+    autograder grade ASSIGNMENT           grade all submissions: parallel, sandboxed (docs/grading.md)
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--check", action="store_true", help="only report whether release/ is stale")
     rel.add_argument("--course", default=".", help="course root (default: current folder)")
     rel.set_defaults(func=_cmd_release)
+    from autograder.grading import cli as grading_cli  # cheap: heavy imports happen in grade()
+
+    grading_cli.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,221 @@
+"""``autograder grade ASSIGNMENT``: grade a whole class in parallel, sandboxed, into the gradebook.
+
+Run from the course root (or pass ``--course``). Grades every ``submitted/*/ASSIGNMENT/``,
+writes the standard gradebook and ``autograded/`` as ``nbgrader autograde`` does, prints a
+progress line and a summary, and writes a JSON and a CSV report listing every submission
+with its status and reason. Exit status: 0 when every submission was graded, 1 when any
+could not be, 2 when grading could not start (for example: no sandbox here and no
+``--no-sandbox``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.grading.report import Outcome, Progress, summary, write_reports
+from autograder.grading.sandbox import Limits, SandboxUnavailable, Worker, sandbox_problem
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``'512M'`` -> bytes (K, M, G, T are powers of 1024; a plain number is bytes)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 512M or 4G)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+@dataclass
+class GradeResult:
+    outcomes: list[Outcome]
+    elapsed: float
+    report: Path | None
+    exit_code: int
+
+
+class GradeRefused(RuntimeError):
+    """Grading cannot start; the message says why and what to do."""
+
+
+def _make_app(course: Path, assignment: str, force: bool, log_file: Path):
+    from nbgrader.apps.autogradeapp import AutogradeApp
+
+    AutogradeApp.clear_instance()
+    app = AutogradeApp()
+    app.initialize([assignment] + (["--force"] if force else []))
+    app.coursedir.assignment_id = assignment
+    # nbgrader's own log goes to the log file; the terminal gets the progress and summary
+    log = app.log
+    for h in list(log.handlers):
+        log.removeHandler(h)
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return app
+
+
+def grade(course: Path, assignment: str, *, workers: int | None = None,
+          students: list[str] | None = None, limits: Limits | None = None,
+          force: bool = False, sandbox: bool = True, report: Path | None = None,
+          progress_stream=None, quiet: bool = False) -> GradeResult:
+    """Grade ``submitted/*/ASSIGNMENT`` of ``course``; see the module docstring."""
+    from nbgrader.converters.base import NbGraderException
+
+    from autograder.grading.engine import ParallelAutograde
+
+    course = course.resolve()
+    limits = limits or Limits()
+    if sandbox:
+        problem = sandbox_problem()
+        if problem:
+            raise GradeRefused(
+                f"cannot sandbox the submissions here: {problem}.\n"
+                "Learner code would run unconfined, as this user, able to read the hidden "
+                "tests and write the gradebook.\nRun as root on Linux (util-linux unshare, "
+                "setpriv, prlimit), or pass --no-sandbox to grade without the sandbox anyway.")
+    if not (course / "submitted").is_dir():
+        raise GradeRefused(f"no submitted/ folder in {course}: run from the course root "
+                           "or pass --course")
+    n = max(1, workers or os.cpu_count() or 1)
+    report = report or course / "grade-reports" / f"{assignment}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    log_file = report.with_suffix(".log")
+    # nbgrader shells out to alembic when it creates a gradebook
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    lessons = [assignment] if importlib.util.find_spec(
+        f"autograder.lessons.l{assignment}") is not None else []
+
+    t0 = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="autograder-grade-"))
+    scratch.chmod(0o711)
+    pool = [Worker(i, scratch, limits, sandbox=sandbox, course_root=course, lessons=lessons)
+            for i in range(n)]
+    cwd = os.getcwd()
+    try:
+        for w in pool:
+            w.start()  # all import torch at the same time
+        for w in pool:
+            try:
+                w.wait_ready(limits.startup_timeout)
+            except SandboxUnavailable as exc:
+                raise GradeRefused(f"a grading worker could not start: {exc}") from exc
+        os.chdir(course)
+        app = _make_app(course, assignment, force, log_file)
+        progress = None
+
+        def on_outcome(outcome: Outcome) -> None:
+            if progress is not None:
+                progress.update(outcome)
+
+        conv = ParallelAutograde(coursedir=app.coursedir, parent=app, workers=pool,
+                                 limits=limits, students=students, on_outcome=on_outcome)
+        conv.init_notebooks()
+        if not quiet:
+            progress = Progress(len(conv.assignments), progress_stream)
+        conv.init_notebooks = lambda: None  # already done; start() would redo it
+        try:
+            conv.start()
+        except NbGraderException as exc:
+            raise GradeRefused(str(exc)) from exc
+        outcomes = conv.outcomes
+    finally:
+        os.chdir(cwd)
+        for w in pool:
+            w.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    _fill_scores(course, assignment, outcomes, app)
+    elapsed = time.monotonic() - t0
+    meta = {"assignment": assignment, "course": str(course), "workers": n,
+            "sandbox": sandbox, "elapsed_s": round(elapsed, 2),
+            "limits": {k: v for k, v in vars(limits).items()}}
+    write_reports(outcomes, report, meta)
+    code = 1 if any(o.status == "failed" for o in outcomes) else 0
+    return GradeResult(outcomes, elapsed, report, code)
+
+
+def _fill_scores(course: Path, assignment: str, outcomes: list[Outcome], app) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(app.coursedir.db_url, app.coursedir.course_id) as gb:
+        for o in outcomes:
+            if o.status == "failed":
+                continue
+            try:
+                sub = gb.find_submission(assignment, o.student)
+            except MissingEntry:
+                continue
+            o.score, o.max_score = float(sub.score), float(sub.max_score)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("grade", help="grade all submissions of an assignment (parallel, sandboxed)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("assignment", help="assignment id, e.g. 01_leaves")
+    p.add_argument("--course", default=".", help="course root (default: current folder)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel workers (default: number of cores)")
+    p.add_argument("--student", action="append", default=None, metavar="ID",
+                   help="grade only this student (repeatable)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="per-cell timeout (default: nbgrader's configured Execute.timeout)")
+    p.add_argument("--notebook-timeout", type=float, default=600.0, metavar="S",
+                   help="whole-notebook timeout (default: 600)")
+    p.add_argument("--memory", type=parse_size, default=Limits.memory, metavar="SIZE",
+                   help="address space per process (default: 4G)")
+    p.add_argument("--cpu", type=int, default=Limits.cpu, metavar="S",
+                   help="CPU seconds per process (default: 600)")
+    p.add_argument("--max-procs", type=int, default=Limits.nproc, metavar="N",
+                   help="processes+threads per worker (default: 256)")
+    p.add_argument("--max-file-size", type=parse_size, default=Limits.fsize, metavar="SIZE",
+                   help="largest file learner code may write (default: 64M)")
+    p.add_argument("--disk", type=parse_size, default=Limits.disk, metavar="SIZE",
+                   help="private scratch space per submission (default: 256M)")
+    p.add_argument("--max-output", type=parse_size, default=Limits.output, metavar="SIZE",
+                   help="notebook output kept per submission (default: 8M)")
+    p.add_argument("--force", "-f", action="store_true",
+                   help="grade again what is already graded and unchanged")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run learner code unconfined, as this user (not recommended)")
+    p.add_argument("--report", type=Path, default=None, metavar="PATH",
+                   help="JSON report (a CSV is written beside it; default: "
+                        "grade-reports/ASSIGNMENT.json)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
+                    memory=args.memory, cpu=args.cpu, nproc=args.max_procs,
+                    fsize=args.max_file_size, disk=args.disk, output=args.max_output)
+    if args.no_sandbox:
+        print("autograder grade: --no-sandbox: learner code runs unconfined as this user.",
+              file=sys.stderr)
+    try:
+        result = grade(Path(args.course), args.assignment, workers=args.workers,
+                       students=args.student, limits=limits, force=args.force,
+                       sandbox=not args.no_sandbox, report=args.report, quiet=args.quiet)
+    except GradeRefused as exc:
+        print(f"autograder grade: {exc}", file=sys.stderr)
+        return 2
+    print(summary(result.outcomes, result.elapsed))
+    print(f"report: {result.report} and {result.report.with_suffix('.csv')}")
+    if result.exit_code:
+        n = sum(o.status == "failed" for o in result.outcomes)
+        print(f"{n} submission(s) could not be graded: see the reasons above.", file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,598 @@
+"""The driver: nbgrader's own ``Autograde`` converter, split so notebooks execute in workers.
+
+Stock ``nbgrader autograde`` handles one submission at a time: *sanitize* (clear outputs,
+de-duplicate cell ids, restore the kernelspec, overwrite locked cells and hidden tests from
+the gradebook, validate metadata), *execute*, then *score* (``IgnorePattern``,
+``LimitOutput``, ``SaveAutoGrades``, late penalties, validate) and write ``autograded/``.
+:class:`ParallelAutograde` is a subclass of that converter and runs exactly those
+preprocessors, from the same configuration, in the same order, in this process (the only
+one that touches the gradebook). Only *execute* is different: it is handed to a pool of
+worker threads, each driving one sandboxed worker (:mod:`autograder.grading.sandbox`)
+with nbgrader's ``Execute`` (:mod:`autograder.grading.execute`), and its result is
+replayed into the scoring step when it comes back.
+
+Per submission, nothing can stop the run: every failure becomes an
+:class:`~autograder.grading.report.Outcome` with its reason, and nbgrader's own warnings
+(a changed checksum, a duplicated or missing cell, an unknown notebook) become reasons too.
+Two repairs are added before nbgrader's ``OverwriteCells``, because without them one
+edited notebook aborts a stock run or corrupts its grading:
+
+* ``DropEmptyNbgraderMetadata``: ``DeduplicateIds`` leaves the extra copies of a duplicated
+  cell with empty nbgrader metadata, which nbgrader's validator then rejects as "an old
+  version of the nbgrader metadata format" and stock nbgrader stops the whole run;
+* ``RestoreCellFlags``: a learner who flips ``grade``/``solution``/``points`` of a graded
+  cell makes ``OverwriteCells`` raise "Inconsistent checksums"; the flags are put back
+  from the gradebook first.
+
+And ``OverwriteCells.add_missing_cells`` is switched on (nbgrader's own repair for deleted
+graded cells, issues #1083/#1682).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.converters.base import BaseConverter
+from nbgrader.preprocessors import (
+    ClearHiddenTests,
+    DeduplicateIds,
+    Execute,
+    NbGraderPreprocessor,
+    OverwriteCells,
+)
+from nbgrader.utils import rmtree
+from traitlets.config import Config
+
+from autograder.grading.execute import WorkerExecute
+from autograder.grading.report import Outcome
+from autograder.grading.sandbox import Limits, Worker
+
+MAX_NOTEBOOK_BYTES = 50 << 20  # a bigger submitted notebook is not read at all
+MAX_EXTRA_FILE_BYTES = 50 << 20  # a bigger extra file is not copied to autograded/
+
+
+# ----------------------------------------------------------------------------- repairs
+class DropEmptyNbgraderMetadata(NbGraderPreprocessor):
+    """Remove the empty ``nbgrader`` metadata ``DeduplicateIds`` leaves on duplicate cells."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("metadata", {}).get("nbgrader", None) == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources
+
+
+class RestoreCellFlags(NbGraderPreprocessor):
+    """Put ``grade``/``solution``/``points`` of known cells back to what the gradebook says."""
+
+    def preprocess(self, nb, resources):
+        db_url = resources["nbgrader"]["db_url"]
+        with Gradebook(db_url) as gb:
+            notebook = gb.find_notebook(resources["nbgrader"]["notebook"],
+                                        resources["nbgrader"]["assignment"])
+            self._grade = {c.name: c.max_score for c in notebook.grade_cells}
+            self._solution = {c.name for c in notebook.solution_cells}
+            self._task = {c.name for c in notebook.task_cells}
+        return super().preprocess(nb, resources)
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if not meta or "grade_id" not in meta:
+            return cell, resources
+        gid = meta["grade_id"]
+        if gid not in self._grade and gid not in self._solution and gid not in self._task:
+            return cell, resources
+        want = {"grade": gid in self._grade, "solution": gid in self._solution}
+        if gid in self._task:
+            want["task"] = True
+        for key, value in want.items():
+            if bool(meta.get(key, False)) != value:
+                self.log.warning("Attribute '%s' for cell %s has changed! (should be: %s, got: %s)",
+                                 key, gid, value, meta.get(key))
+                meta[key] = value
+        if gid in self._grade:
+            points = float(self._grade[gid])
+            try:
+                got = float(meta.get("points"))
+            except (TypeError, ValueError):
+                got = None
+            if got != points:
+                self.log.warning("Attribute 'points' for cell %s has changed! (should be: %s, "
+                                 "got: %s)", gid, points, meta.get("points"))
+                meta["points"] = points
+        return cell, resources
+
+
+class ReportEditedCells(NbGraderPreprocessor):
+    """Say which locked cells the learner edited (``OverwriteCells`` restores them).
+
+    ``OverwriteCells`` warns about a changed checksum for every cell with hidden tests
+    (the submitted copy never has them), so that warning alone cannot tell an edit; this
+    compares the submitted source with what the release version of the cell is.
+    """
+
+    def preprocess(self, nb, resources):
+        with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+            notebook = gb.find_notebook(resources["nbgrader"]["notebook"],
+                                        resources["nbgrader"]["assignment"])
+            self._locked = {c.name: (c.source, c.cell_type) for c in notebook.source_cells
+                            if c.locked}
+        self._hidden = ClearHiddenTests(parent=self.parent)
+        return super().preprocess(nb, resources)
+
+    @staticmethod
+    def _norm(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+    def preprocess_cell(self, cell, resources, index):
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid not in self._locked:
+            return cell, resources
+        source, cell_type = self._locked[gid]
+        release = NotebookNode(cell_type=cell_type, source=source, metadata={})
+        self._hidden._remove_hidden_test_region(release)
+        if self._norm(cell.source) != self._norm(release.source):
+            self.log.warning("Locked cell %s was edited in the submission", gid)
+        return cell, resources
+
+
+class Replay(NbGraderPreprocessor):
+    """Stands where ``Execute`` stood: hands on the notebook a worker executed."""
+
+    def __init__(self, executed, **kw) -> None:
+        super().__init__(**kw)
+        self.executed = executed
+
+    def preprocess(self, nb, resources):
+        return self.executed, resources
+
+
+# ------------------------------------------------------------------- warnings -> reasons
+_REASONS = [
+    (re.compile(r"Locked cell (\S+) was edited"),
+     "locked cell {0} was edited: restored from the gradebook"),
+    (re.compile(r"Attribute '(\w+)' for cell (\S+) has changed"),
+     "cell {1}: {0} was changed, restored from the gradebook"),
+    (re.compile(r"Cell with id '(.+)' exists multiple times"),
+     "cell {0} is duplicated: the last copy is graded, the others run as ordinary cells"),
+    (re.compile(r"Missing grade cell (\S+) encountered"),
+     "graded cell {0} was deleted: restored from the gradebook"),
+    (re.compile(r"Cell '(.+)' does not exist in the database"),
+     "cell with unknown grade_id {0!r} is treated as an ordinary cell"),
+    (re.compile(r"No submitted file: (.*)"), "notebook {0} is missing: scored 0"),
+    (re.compile(r"Skipping unknown notebook: (.*)"), "unknown notebook {0} was not graded"),
+]
+# a changed checksum is what every cell with hidden tests shows (see ReportEditedCells)
+_IGNORED = re.compile(r"seconds late|Removing existing|Updating existing|Removing failed"
+                      r"|Attribute 'checksum'")
+
+
+def reason_from_log(message: str) -> str | None:
+    if _IGNORED.search(message):
+        return None
+    for pattern, text in _REASONS:
+        m = pattern.search(message)
+        if m:
+            groups = [os.path.basename(g) if "/" in g else g for g in m.groups()]
+            return text.format(*groups)
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return f"nbgrader: {first[:200]}" if first else None
+
+
+class _Capture(logging.Handler):
+    """Collects warnings that this thread logs while one submission is processed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            try:
+                self.messages.append(record.getMessage())
+            except Exception:
+                self.messages.append(str(record.msg))
+
+
+# ------------------------------------------------------------------------- screening
+def screen_submission(folder: Path) -> tuple[list[str], list[str], dict[str, str]]:
+    """Look at a submission folder without following links.
+
+    Returns (names to leave out of the copy, problems to report, bad notebooks -> why).
+    """
+    leave_out: list[str] = []
+    problems: list[str] = []
+    bad: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            rel = path.relative_to(folder)
+            st = path.lstat()
+            if path.is_symlink():
+                target = os.readlink(path)
+                problems.append(f"symbolic link {rel} -> {target} ignored")
+                leave_out.append(name)
+                if name.endswith(".ipynb"):
+                    bad[name] = f"{rel} is a symbolic link (to {target})"
+            elif name in filenames and not path.is_file():
+                problems.append(f"special file {rel} ignored")
+                leave_out.append(name)
+            elif name in filenames and st.st_size > MAX_EXTRA_FILE_BYTES \
+                    and not name.endswith(".ipynb"):
+                problems.append(f"file {rel} ({st.st_size >> 20} MiB) is too big and was not "
+                                "copied")
+                leave_out.append(name)
+    for path in sorted(folder.glob("*.ipynb")):
+        if path.name in bad:
+            continue
+        size = path.lstat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            bad[path.name] = f"{path.name} is {size >> 20} MiB, over the {MAX_NOTEBOOK_BYTES >> 20}" \
+                             " MiB limit"
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (ValueError, UnicodeDecodeError) as exc:
+            bad[path.name] = f"{path.name} is not valid JSON ({exc})"
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("cells", []), list):
+            bad[path.name] = f"{path.name} is not a notebook"
+            continue
+        major = data.get("nbformat")
+        if major != 4:
+            if isinstance(major, int) and major < 4:
+                problems.append(f"{path.name} is nbformat {major}; upgraded to 4 to grade it")
+            else:
+                bad[path.name] = f"{path.name} has nbformat {major!r}, not 4"
+    return leave_out, problems, bad
+
+
+# ----------------------------------------------------------------------------- jobs
+@dataclass
+class Job:
+    student: str
+    assignment: str
+    submitted: list[str]  # submitted notebook paths being graded
+    sanitized: list[str]  # their sanitized copies in autograded/
+    outcome: Outcome
+    t0: float
+    executed: dict[str, nbformat.NotebookNode] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class ParallelAutograde(Autograde):
+    """``nbgrader autograde`` with execution in parallel workers; one outcome per submission."""
+
+    def __init__(self, *, workers: list[Worker], limits: Limits, students: list[str] | None,
+                 on_outcome=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.workers = workers
+        self.limits = limits
+        self.only_students = set(students) if students else None
+        self.on_outcome = on_outcome or (lambda outcome: None)
+        self.outcomes: list[Outcome] = []
+        self.problem_folders: dict[str, str] = {}  # submission folder -> why it has no notebook
+        self._replay = None
+        self._add_missing = True
+        c = Config()
+        c.OverwriteCells.add_missing_cells = True
+        self.update_config(c)
+
+    # -- preprocessors
+    def _sanitize_list(self) -> list:
+        out = []
+        for pp in self.sanitize_preprocessors:
+            if pp is OverwriteCells or (isinstance(pp, type) and issubclass(pp, OverwriteCells)):
+                out.append(RestoreCellFlags)
+                out.append(ReportEditedCells)
+                out.append(OverwriteCells(parent=self.exporter,
+                                          add_missing_cells=self._add_missing))
+                continue
+            out.append(pp)
+            if pp is DeduplicateIds:
+                out.append(DropEmptyNbgraderMetadata)
+        return out
+
+    def _init_preprocessors(self) -> None:
+        self.exporter._preprocessors = []
+        if self._sanitizing:
+            preprocessors = self._sanitize_list()
+        else:
+            preprocessors = []
+            for pp in self.autograde_preprocessors:
+                if isinstance(pp, type) and issubclass(pp, Execute):
+                    preprocessors.append(Replay(self._replay, parent=self.exporter))
+                else:
+                    preprocessors.append(pp)
+        for pp in preprocessors:
+            self.exporter.register_preprocessor(pp)
+
+    # -- which submissions
+    def init_notebooks(self) -> None:
+        self.assignments = {}
+        self.notebooks = []
+        pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)
+        for folder in sorted(glob.glob(pattern)):
+            student = Path(folder).parent.name
+            if self.only_students is not None and student not in self.only_students:
+                continue
+            found = glob.glob(os.path.join(folder, self.coursedir.notebook_id + ".ipynb"))
+            self.assignments[folder] = found
+
+    def _ids(self, folder: str) -> dict[str, str]:
+        regexp = self._format_source("(?P<assignment_id>.*)", "(?P<student_id>.*)", escape=True)
+        m = re.match(regexp, folder)
+        if m is None:
+            raise RuntimeError(f"could not parse the submission folder {folder}")
+        return m.groupdict()
+
+    def _known_notebooks(self, assignment: str) -> list[str]:
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            try:
+                return [n.name for n in gb.find_assignment(assignment).notebooks]
+            except MissingEntry:
+                return []
+
+    # -- phase 1: sanitize (driver)
+    def _handle_failure(self, assignment: str, student: str, notebooks: list[str],
+                        whole: bool = True) -> None:
+        """Like stock nbgrader: remove what was written, so that a re-run tries again."""
+        dest = os.path.normpath(self._format_dest(assignment, student))
+        if whole and self.coursedir.notebook_id == "*":
+            if os.path.exists(dest):
+                rmtree(dest)
+            return
+        for notebook in notebooks:
+            path = os.path.join(dest, os.path.basename(notebook))
+            if os.path.exists(path):
+                os.remove(path)
+
+    def _prepare(self, folder: str, outcome: Outcome, known: list[str]) -> Job | None:
+        gd = self._ids(folder)
+        student, assignment = gd["student_id"], gd["assignment_id"]
+        for part in (Path(folder), Path(folder).parent):
+            if part.is_symlink():
+                outcome.fail(f"{part.relative_to(self.coursedir.root)} is a symbolic link: "
+                             "not graded")
+                return None
+        leave_out, problems, bad = screen_submission(Path(folder))
+        for p in problems:
+            outcome.note(p)
+        notebooks = []
+        for path in sorted(self.assignments[folder]):
+            name = os.path.basename(path)
+            if name in bad:
+                outcome.note(f"{bad[name]}: not graded")
+            else:
+                notebooks.append(path)
+        names = {os.path.splitext(os.path.basename(p))[0] for p in notebooks}
+        missing = [k for k in known if k not in names
+                   and not os.path.lexists(os.path.join(folder, k + ".ipynb"))]
+        unknown = sorted(n for n in names if n not in known)
+        if missing and unknown:
+            outcome.note(f"expected {', '.join(m + '.ipynb' for m in missing)} but found "
+                         f"{', '.join(u + '.ipynb' for u in unknown)} (renamed?)")
+        self.notebooks = [p for p in notebooks
+                          if os.path.splitext(os.path.basename(p))[0] in known]
+        if not self.notebooks:
+            outcome.fail("no gradable notebook in the submission"
+                         + (f" (expected {', '.join(k + '.ipynb' for k in known)})"
+                            if known else ""))
+            self._zero_missing(assignment, student)
+            return None
+        if not self.init_destination(assignment, student):
+            outcome.status = "skipped"
+            outcome.reasons.append("already graded and unchanged since (use --force)")
+            return None
+        self.run_pre_convert_hook()
+        saved_ignore = list(self.coursedir.ignore)
+        self.coursedir.ignore = saved_ignore + [glob.escape(n) for n in leave_out]
+        try:
+            self.init_assignment(assignment, student)
+        finally:
+            self.coursedir.ignore = saved_ignore
+        sanitized = []
+        for path in self.notebooks:
+            self._sanitize_one(path, outcome)
+            sanitized.append(os.path.join(self._format_dest(assignment, student),
+                                          os.path.basename(path)))
+        return Job(student, assignment, list(self.notebooks), sanitized, outcome, 0.0)
+
+    def _sanitize_one(self, path: str, outcome: Outcome) -> None:
+        self._sanitizing = True
+        self._add_missing = True
+        self._init_preprocessors()
+        try:
+            BaseConverter.convert_single_notebook(self, path)
+        except (KeyError, ValueError) as exc:
+            # nbgrader's add_missing_cells fails when the cell before a deleted graded
+            # cell is not itself a graded or answer cell; grade without restoring it
+            self._add_missing = False
+            self._init_preprocessors()
+            BaseConverter.convert_single_notebook(self, path)
+            outcome.note(f"a deleted graded cell could not be restored ({exc!r}): it scores 0")
+        finally:
+            self._add_missing = True
+
+    def _zero_missing(self, assignment: str, student: str) -> None:
+        """Record the submission in the gradebook as stock nbgrader does (it then scores 0)."""
+        try:
+            super().init_assignment(assignment, student)
+        except Exception:
+            pass  # nbgrader's "No notebooks found"
+        self._handle_failure(assignment, student, [])
+
+    # -- phase 2: score (driver)
+    def _score(self, job: Job) -> None:
+        outcome = job.outcome
+        for note in job.notes:
+            outcome.note(note)
+        self.notebooks = job.submitted
+        graded_any = False
+        for sub_path, path in zip(job.submitted, job.sanitized, strict=True):
+            executed = job.executed.get(path)
+            if executed is None:
+                self._handle_failure(job.assignment, job.student, [sub_path], whole=False)
+                continue
+            self._replay = executed
+            self._sanitizing = False
+            self._init_preprocessors()
+            try:
+                BaseConverter.convert_single_notebook(self, path)
+                graded_any = True
+            except Exception as exc:
+                outcome.note(f"{os.path.basename(path)}: scoring failed: {exc!r}")
+                self._handle_failure(job.assignment, job.student, [sub_path], whole=False)
+            finally:
+                self._sanitizing = True
+                self._replay = None
+        for err in job.errors:
+            outcome.note(err)
+        if not graded_any:
+            outcome.fail("; ".join(job.errors) or "no notebook could be executed")
+            self._handle_failure(job.assignment, job.student, job.submitted)
+            return
+        self.set_permissions(job.assignment, job.student)
+        self.run_post_convert_hook()
+
+    # -- the pipeline
+    def _worker_loop(self, worker: Worker, jobs: queue.Queue, results: queue.Queue) -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                self._execute(worker, job)
+            except Exception as exc:  # never lose a job
+                job.errors.append(f"execution failed: {exc!r}")
+            results.put(job)
+
+    def _ensure_worker(self, worker: Worker) -> None:
+        if not worker.alive():
+            worker.stop()
+            worker.start()
+            worker.wait_ready(self.limits.startup_timeout)
+
+    def _execute(self, worker: Worker, job: Job) -> None:
+        for path in job.sanitized:
+            name = os.path.basename(path)
+            try:
+                self._ensure_worker(worker)
+            except Exception as exc:
+                job.errors.append(f"{name}: the grading worker could not start: {exc}")
+                continue
+            dest = Path(path).parent
+            files = {str(p.relative_to(dest)): p for p in dest.rglob("*")
+                     if p.is_file() and not p.is_symlink()}
+            nb = nbformat.read(path, as_version=4)
+            worker.stage_job(files)
+            ep = WorkerExecute(worker, self.limits, parent=self)
+            try:
+                executed, _ = ep.preprocess(nb, {"metadata": {"path": str(dest)}})
+                job.executed[path] = executed
+                if ep.stopped:
+                    job.notes.append(f"{name}: {ep.stopped}; the cells after it score 0")
+                if ep.output_dropped:
+                    job.notes.append(f"{name}: output over {self.limits.output >> 20} MiB was "
+                                     "dropped")
+            except Exception as exc:
+                job.errors.append(f"{name}: could not be executed: {type(exc).__name__}: {exc}")
+            finally:
+                try:
+                    worker.finish()
+                except Exception:
+                    worker.stop()  # restarted for the next job
+
+    def convert_notebooks(self) -> None:
+        jobs: queue.Queue = queue.Queue()
+        results: queue.Queue = queue.Queue()
+        threads = [threading.Thread(target=self._worker_loop, args=(w, jobs, results),
+                                    daemon=True, name=f"grade-worker-{w.index}")
+                   for w in self.workers]
+        for t in threads:
+            t.start()
+        pending = 0
+        known = self._known_notebooks(self.coursedir.assignment_id)
+
+        def finish(outcome: Outcome, t0: float) -> None:
+            outcome.seconds = time.monotonic() - t0
+            self.outcomes.append(outcome)
+            self.on_outcome(outcome)
+
+        def score(job: Job) -> None:
+            capture = _Capture()
+            self.log.addHandler(capture)
+            try:
+                self._score(job)
+            except Exception as exc:
+                job.outcome.fail(f"scoring failed: {exc!r}")
+                self._handle_failure(job.assignment, job.student, job.submitted)
+            finally:
+                self.log.removeHandler(capture)
+            for msg in capture.messages:
+                reason = reason_from_log(msg)
+                if reason:
+                    job.outcome.note(reason)
+            finish(job.outcome, job.t0)
+
+        try:
+            for folder in sorted(self.assignments):
+                t0 = time.monotonic()
+                student = Path(folder).parent.name
+                outcome = Outcome(student, notebooks=[os.path.basename(p) for p in
+                                                      self.assignments[folder]])
+                capture = _Capture()
+                self.log.addHandler(capture)
+                job = None
+                try:
+                    job = self._prepare(folder, outcome, known)
+                except Exception as exc:
+                    outcome.fail(f"could not be prepared: {type(exc).__name__}: {exc}")
+                    try:
+                        gd = self._ids(folder)
+                        self._handle_failure(gd["assignment_id"], gd["student_id"],
+                                             self.assignments[folder])
+                    except Exception:
+                        pass
+                finally:
+                    self.log.removeHandler(capture)
+                for msg in capture.messages:
+                    reason = reason_from_log(msg)
+                    if reason and outcome.status != "skipped":
+                        outcome.note(reason) if outcome.status != "failed" \
+                            else outcome.reasons.append(reason)
+                if job is None:
+                    finish(outcome, t0)
+                    continue
+                job.t0 = t0
+                jobs.put(job)
+                pending += 1
+                while True:  # score what has come back meanwhile
+                    try:
+                        done = results.get_nowait()
+                    except queue.Empty:
+                        break
+                    pending -= 1
+                    score(done)
+            while pending:
+                score(results.get())
+                pending -= 1
+        finally:
+            for _ in threads:
+                jobs.put(None)
+

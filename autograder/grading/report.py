@@ -1,0 +1,118 @@
+"""What happened to each submission: outcomes, the progress line, the summary and the report files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# graded:   executed and scored with nothing to report
+# problems: scored in the gradebook, but something needs the instructor's attention
+#           (a repaired or restored cell, a kernel that died, a timeout, dropped files...)
+# failed:   could not be graded; the gradebook holds no autograde score for it
+# skipped:  already graded and unchanged since (use --force to grade it again)
+STATUSES = ("graded", "problems", "failed", "skipped")
+
+
+@dataclass
+class Outcome:
+    student: str
+    status: str = "graded"
+    score: float | None = None
+    max_score: float | None = None
+    seconds: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    notebooks: list[str] = field(default_factory=list)
+
+    def note(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        if self.status == "graded":
+            self.status = "problems"
+
+    def fail(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        self.status = "failed"
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d["reasons"] = list(self.reasons)
+        return d
+
+
+class Progress:
+    """One status line on a terminal (rewritten in place), else one line per submission."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self.problems = 0
+        self.t0 = time.monotonic()
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, outcome: Outcome) -> None:
+        self.done += 1
+        self.failed += outcome.status == "failed"
+        self.problems += outcome.status == "problems"
+        elapsed = time.monotonic() - self.t0
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        width = 24
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        line = (f"[{bar}] {self.done}/{self.total} done, {self.failed} failed, "
+                f"{self.problems} with problems, {rate * 60:.1f}/min, ~{left:.0f} s left")
+        if self.tty:
+            self.stream.write("\r" + line[:150].ljust(150))
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            score = "" if outcome.score is None else f" {outcome.score:g}/{outcome.max_score:g}"
+            self.stream.write(f"{line} | {outcome.student}: {outcome.status}{score}\n")
+        self.stream.flush()
+
+
+def summary(outcomes: list[Outcome], elapsed: float, max_rows: int = 60) -> str:
+    counts = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
+    lines = [f"{len(outcomes)} submissions in {elapsed:.1f} s: "
+             + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    order = {"failed": 0, "problems": 1, "graded": 2, "skipped": 3}
+    rows = sorted(outcomes, key=lambda o: (order.get(o.status, 9), o.student))
+    if len(rows) > max_rows:  # a big class: list what needs attention first
+        rows = [o for o in rows if o.status in ("failed", "problems")][:max_rows]
+        lines.append(f"(showing the {len(rows)} submissions that need attention; "
+                     "the report lists all)")
+    if rows:
+        w = max(7, *(len(o.student) for o in rows))
+        lines.append(f"{'student':<{w}}  {'status':<8}  {'score':>11}  {'time':>6}  reason")
+        for o in rows:
+            score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
+            lines.append(f"{o.student:<{w}}  {o.status:<8}  {score:>11}  {o.seconds:5.1f}s  "
+                         f"{o.reason}")
+    return "\n".join(lines)
+
+
+def write_reports(outcomes: list[Outcome], path: Path, meta: dict) -> tuple[Path, Path]:
+    """``path`` as JSON (with ``meta``) and the same rows as CSV beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [o.row() for o in sorted(outcomes, key=lambda o: o.student)]
+    path.write_text(json.dumps({**meta, "submissions": rows}, indent=2) + "\n")
+    csv_path = path.with_suffix(".csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", "status", "score", "max_score", "seconds", "reason"])
+        for o in sorted(outcomes, key=lambda o: o.student):
+            writer.writerow([o.student, o.status, "" if o.score is None else o.score,
+                             "" if o.max_score is None else o.max_score,
+                             f"{o.seconds:.2f}", o.reason])
+    return path, csv_path

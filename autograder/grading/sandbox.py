@@ -1,0 +1,388 @@
+"""Sandboxed grading workers, and the jupyter_client glue that runs kernels in them.
+
+A *worker* is one long-lived process (:mod:`autograder.grading.zygote`) that has already
+imported torch and the kernel, and forks a fresh kernel for each submission. With the
+sandbox on (the default), each worker runs
+
+* in its own network namespace (no network at all: only a loopback that is down),
+* in its own PID namespace (it cannot see or signal other processes; when a submission
+  ends, everything it started is killed, however it detached itself),
+* in its own mount namespace where ``/`` is read-only and the course root, home folders,
+  ``/tmp``, ``/run``, ``/mnt``, ``/srv`` and the rest of the course's repository are
+  covered by empty tmpfs mounts; only the Python installation, the course's packages and
+  the worker's own folder are mounted back (read-only), plus a size-limited tmpfs for the
+  submission's files,
+* as its own unprivileged uid/gid (one per worker), with no capabilities and
+  ``no_new_privs``,
+* under resource limits: CPU seconds, address space, processes, file size, open files,
+  no core dumps.
+
+All of it is util-linux (``unshare``, ``mount``, ``setpriv``, ``prlimit``); it needs root
+(to create the namespaces and switch uid) on Linux. :func:`sandbox_problem` says why the
+sandbox cannot be used here, and the command refuses to grade without it unless told
+``--no-sandbox``.
+
+The kernel's sockets are ZeroMQ ``ipc`` (Unix) sockets in the worker's socket folder, so
+the driver reaches the kernel without any network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+import autograder
+
+UID_BASE = 990_000  # worker i runs as uid/gid UID_BASE + i (no such user needs to exist)
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Limits:
+    """What one submission may use. Sizes in bytes, times in seconds."""
+
+    cell_timeout: float | None = None  # None: nbgrader's configured Execute.timeout
+    notebook_timeout: float = 600.0
+    memory: int = 4 << 30  # address space per process
+    cpu: int = 600  # CPU seconds per process
+    nproc: int = 256  # processes and threads of the worker's uid
+    fsize: int = 64 << 20  # largest file a submission may write
+    disk: int = 256 << 20  # its private tmpfs
+    nofile: int = 1024
+    output: int = 8 << 20  # notebook output kept from the kernel (the rest is dropped)
+    startup_timeout: float = 120.0
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot be set up on this machine."""
+
+
+_PROBE: str | None | bool = False  # False: not probed yet
+
+
+def sandbox_problem() -> str | None:
+    """``None`` when workers can be sandboxed here, else the reason in one sentence."""
+    global _PROBE
+    if _PROBE is not False:
+        return _PROBE  # type: ignore[return-value]
+    if not sys.platform.startswith("linux"):
+        _PROBE = f"the sandbox needs Linux namespaces (this is {sys.platform})"
+    elif os.geteuid() != 0:
+        _PROBE = ("the sandbox needs root to create namespaces and switch to an unprivileged "
+                  f"uid (running as uid {os.geteuid()})")
+    else:
+        missing = [t for t in ("unshare", "setpriv", "prlimit", "mount") if not shutil.which(t)]
+        if missing:
+            _PROBE = f"util-linux tools not found: {', '.join(missing)}"
+        else:
+            probe = subprocess.run(
+                ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc",
+                 "setpriv", f"--reuid={UID_BASE}", f"--regid={UID_BASE}", "--clear-groups",
+                 "--no-new-privs", "true"],
+                capture_output=True, text=True)
+            _PROBE = None if probe.returncode == 0 else (
+                "creating namespaces failed: " + (probe.stderr.strip() or f"exit {probe.returncode}"))
+    return _PROBE  # type: ignore[return-value]
+
+
+def package_dirs() -> list[str]:
+    """Folders of the course's importable packages (``autograder``, ``course``)."""
+    dirs = [str(Path(autograder.__file__).resolve().parent)]
+    try:
+        import course
+
+        dirs.append(str(Path(course.__file__).resolve().parent))
+    except ImportError:
+        pass
+    return dirs
+
+
+def hidden_paths(course_root: Path) -> list[str]:
+    home = os.path.expanduser("~")
+    repo = str(Path(autograder.__file__).resolve().parent.parent)
+    paths = {"/tmp", "/var/tmp", "/run", "/root", "/home", "/mnt", "/media", "/srv", home,
+             str(course_root.resolve()), repo}
+    return sorted(p for p in paths if p and p != "/")
+
+
+class KernelHandle:
+    """A kernel forked by a worker, seen as the ``Popen`` that jupyter_client expects."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, worker: Worker, pid: int) -> None:
+        self.worker = worker
+        self.pid = pid
+        self.returncode: int | None = None
+        self.killed_by_driver: str | None = None  # why the driver ended it, if it did
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"kernel {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            self.worker.send({"op": "signal", "sig": int(sig)})
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            self.worker.kill_kernel()
+
+    terminate = kill
+
+
+class Worker:
+    """One sandboxed (or, with ``sandbox=False``, plain) zygote process and its folders."""
+
+    def __init__(self, index: int, root: Path, limits: Limits, *, sandbox: bool,
+                 course_root: Path, lessons: list[str]) -> None:
+        self.index = index
+        self.limits = limits
+        self.sandbox = sandbox
+        self.course_root = course_root
+        self.lessons = lessons
+        self.dir = root / f"w{index}"
+        self.sockets = self.dir / "sock"
+        self.job = self.dir / "job"
+        self.scratch = self.dir / "scratch"
+        self.uid = self.gid = UID_BASE + index if sandbox else os.getuid()
+        self.proc: subprocess.Popen | None = None
+        self.kernel: KernelHandle | None = None
+        self._lock = threading.Lock()
+        self._events: queue.Queue = queue.Queue()
+        self.ready_info: dict = {}
+        self.log_path = self.dir.parent / f"w{index}.log"
+
+    # -- lifecycle
+    def _prepare_dirs(self) -> None:
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        for d in (self.dir, self.job, self.scratch):
+            d.mkdir(parents=True)
+            d.chmod(0o755)
+        self.sockets.mkdir()
+        self.sockets.chmod(0o700)
+        if self.sandbox:
+            os.chown(self.sockets, self.uid, self.gid)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        zcfg = {"scratch": str(self.scratch), "sockets": str(self.sockets),
+                "lessons": self.lessons}
+        pythonpath = os.pathsep.join(sorted({str(Path(d).parent) for d in package_dirs()}))
+        env = {
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": pythonpath,
+            "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(self.scratch),
+        }
+        argv = [sys.executable, "-s", "-m", "autograder.grading.zygote", json.dumps(zcfg)]
+        if not self.sandbox:
+            return argv, dict(os.environ, **{k: env[k] for k in ("PYTHONPATH",)})
+        keep = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(self.dir),
+                *package_dirs()}
+        lim = self.limits
+        cfg = {
+            "keep_ro": sorted(keep), "hide": hidden_paths(self.course_root),
+            "bind_rw": [str(self.sockets)], "scratch": str(self.scratch),
+            "uid": self.uid, "gid": self.gid, "disk_bytes": lim.disk,
+            "limits": {"cpu": lim.cpu, "memory": lim.memory, "nproc": lim.nproc,
+                       "fsize": lim.fsize, "nofile": lim.nofile},
+            "argv": argv, "env": env,
+        }
+        cmd = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+               "--propagation", "private",
+               sys.executable, "-I", "-S", str(HERE / "nsinit.py"), json.dumps(cfg)]
+        return cmd, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def start(self) -> None:
+        """Start the worker process (returns at once; :meth:`wait_ready` waits for it)."""
+        self._prepare_dirs()
+        cmd, env = self.command()
+        self._events = queue.Queue()
+        self.kernel = None
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=log, env=env, cwd="/", start_new_session=True)
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+
+    def wait_ready(self, timeout: float) -> None:
+        msg = self._next_event(timeout, "ready")
+        self.ready_info = msg
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()  # the worker kills its kernel and exits
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+
+    # -- protocol
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "exited" in msg and self.kernel is not None and self.kernel.pid == msg["exited"]:
+                self.kernel.returncode = msg["status"]
+            elif "killed" in msg and self.kernel is not None and self.kernel.returncode is None:
+                self.kernel.returncode = -9
+            self._events.put(msg)
+        if self.kernel is not None and self.kernel.returncode is None:
+            self.kernel.returncode = -9
+        self._events.put({"dead": True})
+
+    def send(self, msg: dict) -> None:
+        with self._lock:
+            if not self.alive():
+                raise SandboxUnavailable(f"worker {self.index} is not running")
+            assert self.proc is not None and self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def _next_event(self, timeout: float, key: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxUnavailable(f"worker {self.index}: no {key!r} within {timeout:g} s"
+                                         f" (see {self.log_path})")
+            try:
+                msg = self._events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if key in msg:
+                return msg
+            if msg.get("dead"):
+                tail = self.log_path.read_text(errors="replace")[-2000:] \
+                    if self.log_path.exists() else ""
+                raise SandboxUnavailable(f"worker {self.index} exited\n{tail}")
+
+    def stage_job(self, files: dict[str, Path]) -> None:
+        """Put a submission's files where the next kernel copies them from (read-only to it)."""
+        if self.job.exists():
+            shutil.rmtree(self.job)
+        self.job.mkdir()
+        self.job.chmod(0o755)
+        for rel, src in files.items():
+            dest = self.job / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest, follow_symlinks=False)
+            dest.chmod(0o644)
+        for d, _, _ in os.walk(self.job):
+            os.chmod(d, 0o755)
+
+    def start_kernel(self, conn: dict, extra: list[str]) -> KernelHandle:
+        self._drain()
+        self.send({"op": "start", "conn": conn, "extra": extra, "job": str(self.job)})
+        msg = self._next_event(30, "started")
+        self.kernel = KernelHandle(self, msg["started"])
+        return self.kernel
+
+    def kill_kernel(self, reason: str | None = None) -> None:
+        """End the current kernel and everything it started; wipe its files."""
+        kernel = self.kernel
+        if kernel is not None and reason and kernel.killed_by_driver is None:
+            kernel.killed_by_driver = reason
+        if not self.alive():
+            return
+        self.send({"op": "kill"})
+
+    def finish(self, timeout: float = 30) -> None:
+        """Kill what is left of the current submission and wait until the worker is clean."""
+        if not self.alive():
+            return
+        self._drain()
+        self.send({"op": "kill"})
+        self._next_event(timeout, "killed")
+        self.kernel = None
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                msg = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if msg.get("dead"):
+                self._events.put(msg)
+                return
+
+
+class WorkerProvisioner(LocalProvisioner):
+    """Launches the kernel by asking a worker to fork one, instead of starting a process."""
+
+    worker: Worker | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs):
+        assert self.worker is not None and self.parent is not None
+        with open(self.parent.connection_file) as f:
+            conn = json.load(f)
+        extra = cmd[cmd.index("-f") + 2:] if "-f" in cmd else []
+        self.process = self.worker.start_kernel(conn, extra)
+        self.pid = self.process.pid
+        self.pgid = None  # signals go through the worker
+        return self.connection_info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        return None
+
+
+class WorkerKernelManager(AsyncKernelManager):
+    """An ``AsyncKernelManager`` whose kernels live in a worker, reached over ipc sockets.
+
+    nbclient instantiates its ``kernel_manager_class`` itself, so :meth:`for_worker` makes
+    a subclass bound to one worker.
+    """
+
+    worker: Worker | None = None
+
+    @classmethod
+    def for_worker(cls, worker: Worker) -> type[WorkerKernelManager]:
+        return type(f"WorkerKernelManager{worker.index}", (cls,), {"worker": worker})
+
+    def __init__(self, **kwargs) -> None:
+        worker = type(self).worker
+        assert worker is not None, "use WorkerKernelManager.for_worker(worker)"
+        kwargs.setdefault("kernel_name", "python3")
+        super().__init__(transport="ipc", ip=str(worker.sockets / "k"), **kwargs)
+        self.connection_file = str(worker.dir.parent / f"conn-{worker.index}-{uuid.uuid4()}.json")
+
+    async def _async_pre_start_kernel(self, **kw):
+        self.kernel_id = self.kernel_id or str(uuid.uuid4())
+        if self.provisioner is None:
+            prov = WorkerProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec,
+                                     parent=self)
+            prov.worker = type(self).worker
+            self.provisioner = prov
+        return await super()._async_pre_start_kernel(**kw)
+
+
+def limits_json(limits: Limits) -> dict:
+    return asdict(limits)
