@@ -17,6 +17,7 @@ c.CourseDirectory.release_directory = "release"
 # Assignments of the course, in order (ids never change once released).
 c.CourseDirectory.db_assignments = [
     dict(name="01_leaves"),
+    dict(name="02_retain_grad"),
 ]
 
 # The formgrader and the assignment list need an exchange folder that exists.

@@ -167,7 +167,7 @@ kept.sum().backward()
     ]
 
     def facts(self, ns):
-        return {k: _warns(lambda k=k: getattr(ns[k.split(".")[0]], "grad"))
+        return {k: _warns(lambda k=k: ns[k.split(".")[0]].grad)
                 for k in ("w.grad", "parcel.grad", "station.grad", "kept.grad")}
 
 
@@ -307,7 +307,7 @@ def _kitchen_requirements() -> list[Requirement]:
         return tf.is_leaf(t) and not tf.requires_grad(t), "sauce must be a leaf without grad"
 
     def dough(run):
-        t, f, s = get(run, "dough"), get(run, "flour"), get(run, "sauce")
+        t, f = get(run, "dough"), get(run, "flour")
         if tf.is_leaf(t):
             return False, "dough must come out of an operation on flour (a non-leaf)"
         leaves = _reachable_leaves(t)
