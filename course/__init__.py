@@ -19,6 +19,7 @@ _LAZY = {  # public name -> submodule
     "draw_graph": "draw",
     "GraphExplorer": "widgets",
     "BackwardStepper": "widgets",
+    "diagnose": "doctor",
 }
 
 
