@@ -22,7 +22,7 @@ import networkx as nx
 
 from course import themes
 
-__all__ = ["draw_graph", "render_png", "graph_layout", "format_grad"]
+__all__ = ["draw_graph", "render_png", "graph_layout", "format_grad", "picture_key"]
 
 FONT = 8.0            # points, node labels
 CHAR_W = 0.58 * FONT / 72  # inches per character, a safe average for DejaVu Sans
@@ -235,19 +235,47 @@ def draw_graph(outputs_or_graph, namespace: Mapping | None = None, theme: str = 
     return fig
 
 
+_PNG_CACHE: dict[tuple, bytes] = {}
+_PNG_CACHE_SIZE = 64
+
+
+def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bool,
+                dpi: int) -> tuple:
+    """Everything the drawing shows, as a hashable key: equal keys draw equal pictures."""
+    nodes = tuple(
+        (n, d["kind"], d.get("torch_class"), d.get("shape"), bool(d.get("retains_grad")),
+         bool(d.get("has_hooks")), bool(d.get("is_output")), bool(d.get("highlight")),
+         bool(d.get("faded")), d.get("step"),
+         format_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
+        for n, d in graph.nodes(data=True))
+    edges = tuple(
+        (u, v, bool(d.get("recovered")),
+         format_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
+        for u, v, d in graph.edges(data=True))
+    return nodes, edges, theme, title, show_grads, dpi
+
+
 def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = None,
                show_grads: bool = True, dpi: int = 72) -> bytes:
     """The drawing as PNG bytes, from a figure outside pyplot (nothing to close, nothing leaks).
 
-    This is what the widgets put in their output area.
+    This is what the widgets put in their output area. Pictures are cached by what
+    they show (:func:`picture_key`), so going back to a state a learner has seen
+    (toggling a control off again, stepping back) costs about a millisecond.
     """
     import matplotlib as mpl
     from matplotlib.figure import Figure
 
     themes.check_theme(theme)
+    key = picture_key(graph, theme, title, show_grads, dpi)
+    if key in _PNG_CACHE:
+        return _PNG_CACHE[key]
     fig = Figure()
     _draw(graph, fig, None, theme, title, show_grads)
     buf = io.BytesIO()
     with mpl.rc_context(FAST_TEXT):
         fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
-    return buf.getvalue()
+    if len(_PNG_CACHE) >= _PNG_CACHE_SIZE:
+        _PNG_CACHE.pop(next(iter(_PNG_CACHE)))  # oldest first
+    _PNG_CACHE[key] = buf.getvalue()
+    return _PNG_CACHE[key]

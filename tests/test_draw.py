@@ -134,3 +134,12 @@ def test_draw_graph_accepts_tensors():
         assert "a [2]" in texts and "MulBackward0" in texts
     finally:
         plt.close(fig)
+
+
+def test_png_cache_keys_on_what_is_shown():
+    g = seed003_after_backward()
+    first = render_png(g, "logistics", title="t")
+    assert render_png(g, "logistics", title="t") is first  # same picture: cached
+    g.nodes["a"]["grad"] = g.nodes["a"]["grad"] * 2
+    assert render_png(g, "logistics", title="t") != first
+    assert render_png(g, "kitchen", title="t") != first
