@@ -228,4 +228,74 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "D(G(z).detach()) so the generator gets no gradient from it.",
         "03_detach",
     ),
+    "inplace_grad_none": Misconception(
+        "thinks a troublesome in-place op silently leaves .grad None",
+        "autograd never silently drops a gradient because of an in-place op: either nothing "
+        "saved was overwritten and the gradient is right, or backward raises RuntimeError "
+        "('modified by an inplace operation').",
+        "06_inplace",
+    ),
+    "inplace_never_checked": Misconception(
+        "thinks autograd does not notice in-place edits",
+        "every saved tensor remembers the version it was saved at; if an in-place op has "
+        "bumped it since, backward raises RuntimeError instead of using the changed value.",
+        "06_inplace",
+    ),
+    "inplace_not_recorded": Misconception(
+        "thinks an in-place op on a non-leaf is left out of the graph",
+        "an in-place op is recorded like its out-of-place twin (z.mul_(2) becomes z's new "
+        "grad_fn, MulBackward0), so the gradient includes it.",
+        "06_inplace",
+    ),
+    "version_counts_wrong": Misconception(
+        "miscounts the version counter",
+        "t._version starts at 0 and every in-place change of t (add_, mul_, t[i] = v, an "
+        "edit under no_grad()) adds exactly one; out-of-place ops never change it.",
+        "06_inplace",
+    ),
+    "saved_values_confused": Misconception(
+        "mixes up what an operation saves for backward",
+        "exp, sigmoid, tanh, relu and sqrt save their output; mul and pow save the inputs the "
+        "gradient formula needs (for x * c with c not requiring grad: only c); add saves "
+        "nothing. Only overwriting a saved value breaks backward.",
+        "06_inplace",
+    ),
+    "data_is_safe": Misconception(
+        "thinks .data is a safe way to edit a tensor",
+        "an edit through .data does not bump the version counter, so autograd cannot notice "
+        "that a saved value changed and returns silently wrong gradients; edit under "
+        "torch.no_grad() instead.",
+        "06_inplace",
+    ),
+    "no_grad_edit_unchecked": Misconception(
+        "thinks an edit under no_grad() is hidden from autograd",
+        "no_grad() stops recording new operations but in-place edits still bump the version "
+        "counter: overwriting a saved value under no_grad() makes backward raise, loudly.",
+        "06_inplace",
+    ),
+    "index_assign_untracked": Misconception(
+        "thinks indexed assignment is not tracked by autograd",
+        "t[i] = v on a tensor in the graph is an in-place copy recorded as a CopySlices node; "
+        "the overwritten entries get zero gradient.",
+        "06_inplace",
+    ),
+    "leaf_inplace_ok": Misconception(
+        "thinks a parameter can be edited in place while autograd records",
+        "an in-place op on a leaf that requires grad raises ('a leaf Variable that requires "
+        "grad is being used in an in-place operation'); edit parameters under torch.no_grad().",
+        "06_inplace",
+    ),
+    "no_grad_edit_makes_nonleaf": Misconception(
+        "thinks editing a parameter under no_grad() makes it a non-leaf",
+        "under no_grad() nothing is recorded: the parameter stays a leaf that requires grad, "
+        "only its values and its version counter change.",
+        "06_inplace",
+    ),
+    "anomaly_points_at_inplace": Misconception(
+        "thinks anomaly mode points at the in-place line",
+        "set_detect_anomaly(True) prints the forward line of the operation whose backward "
+        "failed (the one that saved the value); the culprit is a later in-place edit of that "
+        "value.",
+        "06_inplace",
+    ),
 }
