@@ -107,6 +107,7 @@ def check(lesson: str, qid: str, answer, part: str | None = None) -> Feedback:
 
 
 def _require(lesson: str, qid: str, answer, part: str | None, variant: str) -> None:
+    __tracebackhide__ = True  # IPython shows the learner the feedback, not our frames
     verdict = _verdict(lesson, qid, answer, part, variant)
     if not (verdict.get("score", 0) >= 1 - 1e-9 and verdict.get("answered", True)):
         label = qid if part is None else f"{qid} ({part})"
@@ -115,11 +116,13 @@ def _require(lesson: str, qid: str, answer, part: str | None, variant: str) -> N
 
 def grade(lesson: str, qid: str, answer, part: str | None = None) -> None:
     """For graded test cells: raise AssertionError with the feedback unless fully right."""
+    __tracebackhide__ = True
     _require(lesson, qid, answer, part, "visible")
 
 
 def verify(lesson: str, qid: str, answer, part: str | None = None, variant: str = "hidden") -> None:
     """For hidden tests: like :func:`grade`, with the question's hidden variant."""
+    __tracebackhide__ = True
     _require(lesson, qid, answer, part, variant)
 
 

@@ -13,22 +13,12 @@ import html
 import warnings
 from dataclasses import dataclass
 
+from course.themes import GLOSSARY, THEMES
+
+# A tensor's role in each analogy: the glossary's words for the three tensor kinds.
 ROLES = {
-    "technical": {
-        "parameter": "leaf, requires grad",
-        "constant": "leaf, no grad",
-        "intermediate": "non-leaf",
-    },
-    "logistics": {
-        "parameter": "sorting centre",
-        "constant": "ordinary parcel",
-        "intermediate": "transit station",
-    },
-    "kitchen": {
-        "parameter": "market ingredient",
-        "constant": "bottled sauce",
-        "intermediate": "semi-finished dish",
-    },
+    theme: {kind: GLOSSARY[theme][kind] for kind in ("parameter", "constant", "intermediate")}
+    for theme in THEMES
 }
 
 

@@ -125,6 +125,13 @@ def lab(tmp_path_factory, playwright_chromium):
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
     })
     env.pop("NBGRADER_EXECUTION", None)
+    # Render every cell (Lab 4 otherwise virtualizes cells scrolled out of view, so their
+    # outputs are not in the page to be checked), and do not ask about Jupyter news.
+    settings = home / "lab-settings" / "@jupyterlab"
+    for ext, plugin, value in (("notebook-extension", "tracker", {"windowingMode": "none"}),
+                               ("apputils-extension", "notification", {"fetchNews": "false"})):
+        (settings / ext).mkdir(parents=True, exist_ok=True)
+        (settings / ext / f"{plugin}.jupyterlab-settings").write_text(json.dumps(value))
     port = _free_port()
     log = open(home / "lab.log", "w")  # noqa: SIM115 -- closed at teardown
     proc = subprocess.Popen([
