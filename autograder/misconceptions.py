@@ -298,4 +298,83 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "value.",
         "06_inplace",
     ),
+    "leaf_hook_sees_accumulated": Misconception(
+        "thinks a leaf's hook sees the accumulated .grad",
+        "register_hook on a leaf fires before AccumulateGrad: it sees this pass's gradient "
+        "only; the running total is what register_post_accumulate_grad_hook sees in p.grad.",
+        "04_hooks",
+    ),
+    "post_hook_sees_pass": Misconception(
+        "thinks a post-accumulate-grad hook sees only this pass's gradient",
+        "register_post_accumulate_grad_hook is called with the leaf after AccumulateGrad: p.grad "
+        "is the running total, including earlier backward passes.",
+        "04_hooks",
+    ),
+    "hook_return_ignored": Misconception(
+        "thinks a hook can only look at the gradient",
+        "a tensor returned by a hook replaces the gradient for everything upstream (a leaf's "
+        ".grad included); return None to only look.",
+        "04_hooks",
+    ),
+    "retain_grad_sees_raw": Misconception(
+        "thinks retain_grad() keeps the gradient before the hooks changed it",
+        "retain_grad()'s monitor always runs after every tensor hook, whatever the order they "
+        "were installed in: .grad holds the gradient as the hooks left it.",
+        "04_hooks",
+    ),
+    "hook_on_constant": Misconception(
+        "thinks a probe can go on any tensor",
+        "register_hook on a tensor that does not require grad raises RuntimeError: no gradient "
+        "will ever pass an ordinary parcel; on any tensor that requires grad it works.",
+        "04_hooks",
+    ),
+    "post_hook_on_nonleaf": Misconception(
+        "thinks post-accumulate-grad hooks work on non-leaves",
+        "only a leaf accumulates into .grad: register_post_accumulate_grad_hook on a non-leaf "
+        "raises RuntimeError, on a leaf that requires grad it works.",
+        "04_hooks",
+    ),
+    "backward_hooks_forward_order": Misconception(
+        "thinks backward hooks fire in forward order",
+        "backward runs from the output back to the input, so the last layer's backward hook "
+        "fires first.",
+        "04_hooks",
+    ),
+    "grad_input_is_param_grad": Misconception(
+        "thinks a module backward hook's grad_input holds the parameter gradients",
+        "grad_input of register_full_backward_hook holds the gradients with respect to the "
+        "module's inputs (shaped like the input batch), None for an input that does not require "
+        "grad; parameter gradients are in p.grad.",
+        "04_hooks",
+    ),
+    "hook_costs_most": Misconception(
+        "thinks hooks cost more memory than retain_grad() (seed 000's table)",
+        "a hook costs what it keeps: one that only looks, or records a float, keeps no tensor; "
+        "one that stores grad.clone() keeps exactly the bytes retain_grad() keeps.",
+        "04_hooks",
+    ),
+    "hook_is_free_when_storing": Misconception(
+        "thinks storing gradients from a hook is free",
+        "every stored clone is a tensor shaped like its station: a hook that keeps copies costs "
+        "what retain_grad() costs.",
+        "04_hooks",
+    ),
+    "grad_log_aliases": Misconception(
+        "logs p.grad without copying it",
+        "while gradients accumulate, backward adds into the same .grad tensor in place: every "
+        "logged reference ends up showing the last total. Log p.grad.clone() (or a float).",
+        "04_hooks",
+    ),
+    "hooks_pile_up": Misconception(
+        "installs probes without removing them",
+        "every register_*hook call adds a probe that stays until handle.remove(); registered "
+        "inside a training loop, step k runs k copies of it.",
+        "04_hooks",
+    ),
+    "hook_inplace_edit": Misconception(
+        "edits the gradient in place inside a hook",
+        "a hook must not modify its argument (it may be shared or expanded, and in-place edits "
+        "raise or leak into other branches); return a new tensor, e.g. g.clamp(-c, c).",
+        "04_hooks",
+    ),
 }
