@@ -298,6 +298,117 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "value.",
         "06_inplace",
     ),
+    "no_grad_flips_flag": Misconception(
+        "thinks no_grad() changes the requires_grad flag of existing tensors",
+        "no_grad() only stops recording new operations; a parameter stays a leaf that requires "
+        "grad inside and after the block (the sorting centre still exists, its monitors are "
+        "just switched off).",
+        "05_no_grad",
+    ),
+    "no_grad_result_has_history": Misconception(
+        "thinks a result computed under no_grad() still records its history",
+        "nothing is recorded inside no_grad() or inference_mode(): a result made there has no "
+        "grad_fn, does not require grad, and is therefore a leaf (cooked with the recipe "
+        "notebook closed).",
+        "05_no_grad",
+    ),
+    "no_grad_wears_off": Misconception(
+        "thinks a tensor made under no_grad() rejoins the graph when the block ends",
+        "the tensor keeps no history for good: what is computed from it (and from nothing else "
+        "that requires grad) records nothing either, and backward() through it raises 'does "
+        "not require grad and does not have a grad_fn'.",
+        "05_no_grad",
+    ),
+    "no_grad_branch_counts": Misconception(
+        "thinks a branch computed under no_grad() still sends gradient back",
+        "the route that was computed with the monitors off was never recorded: backward only "
+        "follows the recorded routes, so that branch contributes nothing, silently.",
+        "05_no_grad",
+    ),
+    "no_grad_result_unusable": Misconception(
+        "thinks a tensor made under no_grad() cannot take part in a later backward",
+        "it can, as a constant (bottled sauce): gradients reach the other inputs that require "
+        "grad; only the route *through* it is missing.",
+        "05_no_grad",
+    ),
+    "no_grad_backward_silent": Misconception(
+        "thinks backward() through a no_grad() result quietly gives no gradient",
+        "when nothing on the route requires grad, backward() raises RuntimeError ('does not "
+        "require grad and does not have a grad_fn'); it does not return quietly.",
+        "05_no_grad",
+    ),
+    "grad_mode_scope": Misconception(
+        "misjudges which grad-mode switch is in force",
+        "grad mode is one global switch: the innermost with-block or decorator in force when an "
+        "operation runs decides; torch.set_grad_enabled(False) called as a plain function stays "
+        "off until switched on again, so prefer the with-block form.",
+        "05_no_grad",
+    ),
+    "inference_mode_is_no_grad": Misconception(
+        "thinks inference_mode() is just another name for no_grad()",
+        "inference_mode() also marks its results as inference tensors: they can never be saved "
+        "for backward or edited in place outside inference mode (clone them first); no_grad() "
+        "makes ordinary tensors.",
+        "05_no_grad",
+    ),
+    "eval_is_no_grad": Misconception(
+        "thinks model.eval() switches gradient recording off",
+        "eval() only switches layers such as Dropout and BatchNorm to their evaluation "
+        "behaviour; autograd keeps recording and saving activations. Inference needs both "
+        "eval() and no_grad() (or inference_mode()).",
+        "05_no_grad",
+    ),
+    "no_grad_changes_values": Misconception(
+        "thinks no_grad() changes the numbers a model computes",
+        "no_grad() changes what is recorded, never what is computed: the same model in the same "
+        "mode gives the same output with the monitors on or off.",
+        "05_no_grad",
+    ),
+    "no_grad_disables_dropout": Misconception(
+        "thinks no_grad() puts a model into evaluation mode",
+        "no_grad() does not touch module.training: in training mode Dropout still drops at "
+        "random and BatchNorm still uses batch statistics; call model.eval() for that.",
+        "05_no_grad",
+    ),
+    "step_inside_no_grad_breaks": Misconception(
+        "thinks optimizer.step() inside no_grad() breaks the update (seed 004)",
+        "step() already switches grad off while it updates, so wrapping it in no_grad() is "
+        "harmless: the same parameters move by the same amounts and stay leaves that require "
+        "grad.",
+        "05_no_grad",
+    ),
+    "step_uses_data": Misconception(
+        "thinks optimizers update parameters through .data",
+        "step() writes into each parameter in place (p.add_(...)) with grad switched off; the "
+        "version counter records the write, which an edit through .data would hide.",
+        "05_no_grad",
+    ),
+    "step_updates_all": Misconception(
+        "thinks step() updates every parameter, or every tensor with a gradient",
+        "step() updates only the parameters registered with that optimizer, and among them only "
+        "those whose .grad is not None (weight decay included); a tensor it was not given is "
+        "never touched.",
+        "05_no_grad",
+    ),
+    "no_grad_keeps_activations": Misconception(
+        "thinks no_grad() still keeps the activations for backward",
+        "with recording off autograd saves nothing for backward, so each activation can be freed "
+        "as soon as the next layer has used it: that is where no_grad() saves memory.",
+        "05_no_grad",
+    ),
+    "detach_saves_memory": Misconception(
+        "thinks detaching (or .item()) after the forward pass saves the forward's memory",
+        "the tensors saved for backward are kept *while* the forward pass runs with recording "
+        "on; detaching the result afterwards cannot undo that. Switch recording off around the "
+        "forward pass instead.",
+        "05_no_grad",
+    ),
+    "inference_freezes_params": Misconception(
+        "thinks inference or a parameter edit needs the parameters frozen",
+        "no_grad() is enough: parameters keep requires_grad=True and the next training step "
+        "works; requires_grad_(False) left behind silently stops training.",
+        "05_no_grad",
+    ),
     "leaf_hook_sees_accumulated": Misconception(
         "thinks a leaf's hook sees the accumulated .grad",
         "register_hook on a leaf fires before AccumulateGrad: it sees this pass's gradient "
