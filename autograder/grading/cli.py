@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.grading.report import Outcome, Progress, summary, write_reports
-from autograder.grading.sandbox import Limits, SandboxUnavailable, Worker, sandbox_problem
+from autograder.grading.sandbox import Limits, Worker, sandbox_problem
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -72,6 +72,10 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
           force: bool = False, sandbox: bool = True, report: Path | None = None,
           progress_stream=None, quiet: bool = False) -> GradeResult:
     """Grade ``submitted/*/ASSIGNMENT`` of ``course``; see the module docstring."""
+    # jsonschema (through nbformat) imports the optional rfc3987_syntax, which compiles a
+    # grammar at import (1-3 s); only its "iri" format checker needs it, and nbformat's
+    # schema has no such format: keep it out of the driver
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     from nbgrader.converters.base import NbGraderException
 
     from autograder.grading.engine import ParallelAutograde
@@ -107,13 +111,6 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
             for i in range(n)]
     cwd = os.getcwd()
     try:
-        for w in pool:
-            w.start()  # all import torch at the same time
-        for w in pool:
-            try:
-                w.wait_ready(limits.startup_timeout)
-            except SandboxUnavailable as exc:
-                raise GradeRefused(f"a grading worker could not start: {exc}") from exc
         os.chdir(course)
         app = _make_app(course, assignment, force, log_file)
         progress = None

@@ -486,7 +486,7 @@ class ParallelAutograde(Autograde):
         if not worker.alive():
             worker.stop()
             worker.start()
-            worker.wait_ready(self.limits.startup_timeout)
+        worker.wait_ready(self.limits.startup_timeout)
 
     def _execute(self, worker: Worker, job: Job) -> None:
         for path in job.sanitized:
@@ -580,6 +580,9 @@ class ParallelAutograde(Autograde):
                     finish(outcome, t0)
                     continue
                 job.t0 = t0
+                if not pending and not any(w.alive() for w in self.workers):
+                    for w in self.workers:  # first job: they import torch meanwhile
+                        w.start()
                 jobs.put(job)
                 pending += 1
                 while True:  # score what has come back meanwhile

@@ -218,14 +218,15 @@ class Worker:
         cmd, env = self.command()
         self._events = queue.Queue()
         self.kernel = None
+        self.ready_info = {}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log, env=env, cwd="/", start_new_session=True)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
 
     def wait_ready(self, timeout: float) -> None:
-        msg = self._next_event(timeout, "ready")
-        self.ready_info = msg
+        if not self.ready_info:
+            self.ready_info = self._next_event(timeout, "ready")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -237,7 +238,7 @@ class Worker:
         try:
             if proc.stdin:
                 proc.stdin.close()  # the worker kills its kernel and exits
-            proc.wait(timeout=10)
+            proc.wait(timeout=3)
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait()

@@ -33,7 +33,7 @@ import sys
 import time
 
 # Modules imported once by the worker; a kernel forked from it finds them in sys.modules.
-DEFAULT_PRELOAD = [
+CORE_PRELOAD = [
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
     "IPython",
@@ -47,6 +47,9 @@ DEFAULT_PRELOAD = [
     "autograder.oracle",
     "autograder.questions",
     "autograder.torchfacts",
+]
+# ...and, when grading one of this course's lessons, what its notebooks import.
+COURSE_PRELOAD = [
     "course",
     "course.facts",
     "course.themes",
@@ -243,7 +246,8 @@ class Zygote:
         os.environ.setdefault("MPLCONFIGDIR", os.path.join(self.cfg["scratch"], ".mpl-worker"))
         # what ipykernel sets before any learner code; matplotlib reads it when imported
         os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        for name in self.cfg.get("preload", DEFAULT_PRELOAD):
+        extra = COURSE_PRELOAD if self.cfg.get("lessons") else []
+        for name in self.cfg.get("preload", CORE_PRELOAD + extra):
             try:
                 importlib.import_module(name)
             except Exception as exc:  # a missing optional module only costs speed
@@ -338,7 +342,7 @@ class Zygote:
             chunk = os.read(fd, 1 << 16)
             if not chunk:  # the driver went away: leave nothing behind
                 self.kill_all()
-                return
+                os._exit(0)  # skip tearing down torch
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)

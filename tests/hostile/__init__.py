@@ -1,0 +1,1 @@
+"""Hand-made nbgrader assignments and hostile submissions for the grading tests."""
