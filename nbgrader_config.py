@@ -18,6 +18,7 @@ c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.db_assignments = [
     dict(name="01_leaves"),
     dict(name="02_retain_grad"),
+    dict(name="03_detach"),
     dict(name="06_inplace"),
 ]
 

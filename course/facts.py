@@ -116,7 +116,12 @@ def caught_warnings(action) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         action()
-    return [f"{w.category.__name__}: {str(w.message).split('. ')[0]}." for w in caught]
+    return [f"{w.category.__name__}: {_first_sentence(str(w.message))}" for w in caught]
+
+
+def _first_sentence(message: str) -> str:
+    first = message.split(". ")[0].rstrip()
+    return first if first.endswith((".", ")", "!", "?")) else first + "."
 
 
 def finite_difference(f, x, eps: float = 1e-3):
