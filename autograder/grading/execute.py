@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
@@ -98,6 +98,15 @@ class WorkerExecute(Execute):
         except DeadKernelError:
             self.stopped = f"{self._why_dead()} (in cell {index})"
             cell.outputs = list(cell.get("outputs", [])) + [_error("KernelDied", self.stopped)]
+            return cell, resources
+        except CellTimeoutError:
+            # the cell timed out and the kernel did not even go idle after the interrupt:
+            # stock nbgrader gives up on the whole submission here; stop the kernel instead
+            self.stopped = (f"the kernel did not respond after cell {index} timed out "
+                            "(does the code ignore interrupts?)")
+            self.worker.kill_kernel(reason=self.stopped)
+            cell.outputs = list(cell.get("outputs", [])) + [_error("CellTimeoutError",
+                                                                   self.stopped)]
             return cell, resources
         if cell.cell_type == "code":
             self.cells_run += 1
