@@ -87,3 +87,14 @@ def submit(course: Path, student: str, assignment: str, nb: nbformat.NotebookNod
     path = folder / name
     nbformat.write(nb, str(path))
     return path
+
+
+def isolated_evaluate(request: dict, timeout: float = 60) -> dict:
+    """Grade a request through the oracle process, as a notebook's check does.
+
+    Learner code in a request runs in a forked child of the oracle, never in the
+    test process: wrong answers under test may patch torch or switch grad mode off.
+    """
+    from autograder import client
+
+    return client.oracle().ask(dict(request, op="evaluate"), timeout=timeout)

@@ -13,6 +13,7 @@ from helpers import (
     assignments,
     is_answer,
     is_graded_test,
+    isolated_evaluate,
     meta,
     notebook_path,
     read,
@@ -22,7 +23,6 @@ from helpers import (
 import autograder
 from autograder import client
 from autograder.encoding import LearnerFunction, decode, encode
-from autograder.oracle import evaluate
 from autograder.questions import Item, Predict, values_equal
 
 ASSIGNMENTS = assignments()
@@ -71,8 +71,10 @@ def _encode(name, ns, defs):
 
 
 def _evaluate(assignment, qid, part, variant, answer_json):
-    return evaluate({"lesson": assignment, "question": qid, "part": part, "variant": variant,
-                     "answer": answer_json})
+    """Check through the kernel-side oracle: learner code runs in its forked children, never
+    in this process (some of it patches torch on purpose)."""
+    return isolated_evaluate({"lesson": assignment, "question": qid, "part": part,
+                              "variant": variant, "answer": answer_json})
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 
 import pytest
+from helpers import isolated_evaluate as evaluate
 
 from autograder.encoding import encode
-from autograder.oracle import evaluate
 
 A = "05_no_grad"
 

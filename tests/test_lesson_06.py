@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers import isolated_evaluate as evaluate
 
 from autograder.encoding import encode
-from autograder.oracle import evaluate
 
 A = "06_inplace"
 
