@@ -488,4 +488,18 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "raise or leak into other branches); return a new tensor, e.g. g.clamp(-c, c).",
         "04_hooks",
     ),
+    "tensor_attribute_is_parameter": Misconception(
+        "thinks a tensor stored on a module is one of its parameters",
+        "a module registers only nn.Parameter attributes (and sub-modules): a plain tensor, even "
+        "one that requires grad, is missing from model.parameters(), so the optimizer never "
+        "updates it and the doctor never examines it. Wrap it: nn.Parameter(values).",
+        "08_capstone",
+    ),
+    "warmup_freeze_forgotten": Misconception(
+        "leaves a layer frozen and expects it to train",
+        "a parameter with requires_grad=False gets no .grad and step() skips it; the doctor "
+        "lists it as `frozen`, not as a problem, because freezing is often deliberate. Switch it "
+        "back on with requires_grad_(True) when it should train.",
+        "08_capstone",
+    ),
 }
