@@ -19,6 +19,7 @@ c.CourseDirectory.db_assignments = [
     dict(name="01_leaves"),
     dict(name="02_retain_grad"),
     dict(name="03_detach"),
+    dict(name="04_hooks"),
     dict(name="05_no_grad"),
     dict(name="06_inplace"),
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["seed_everything", "tensor_table", "caught_warnings", "finite_difference", "quiet_grad"]
 
 _LAZY = {  # public name -> submodule
     "tensor_table": "facts",
@@ -21,6 +20,9 @@ _LAZY = {  # public name -> submodule
     "BackwardStepper": "widgets",
     "diagnose": "doctor",
 }
+
+
+__all__ = ["seed_everything", *_LAZY]
 
 
 def seed_everything(seed: int = 0) -> None:

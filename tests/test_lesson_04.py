@@ -8,7 +8,7 @@ import pytest
 
 from autograder.encoding import encode
 from autograder.misconceptions import MISCONCEPTIONS
-from autograder.oracle import evaluate
+from helpers import isolated_evaluate as evaluate
 
 A = "04_hooks"
 
