@@ -143,3 +143,85 @@ def test_png_cache_keys_on_what_is_shown():
     g.nodes["a"]["grad"] = g.nodes["a"]["grad"] * 2
     assert render_png(g, "logistics", title="t") != first
     assert render_png(g, "kitchen", title="t") != first
+
+
+def plain_matplotlib_pixels(g, theme: str, title: str):
+    """What render_png drew before stamps: ordinary artists on a fresh Agg figure."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from course import draw
+
+    fig = Figure(dpi=72)
+    canvas = FigureCanvasAgg(fig)
+    draw._draw(g, fig, None, theme, title, True)
+    with matplotlib.rc_context(draw.FAST_TEXT):
+        canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).astype(int)
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_stamped_png_looks_like_matplotlib_drawing(theme):
+    import numpy as np
+
+    from course import draw
+
+    g = seed003_after_backward()
+    draw._PNG_CACHE.clear()
+    png = np.asarray(Image.open(io.BytesIO(render_png(g, theme, title="seed 003")))).astype(int)
+    plain = plain_matplotlib_pixels(g, theme, "seed 003")
+    assert png.shape == plain.shape
+    # The same pictures, at most half a pixel apart (stamps sit on whole pixels): compared
+    # in 4x4-pixel blocks, nothing is missing (a missing text or mark differs by > 100).
+    h, w = png.shape[0] // 4 * 4, png.shape[1] // 4 * 4
+    blocks = [a[:h, :w].reshape(h // 4, 4, w // 4, 4, 4).mean(axis=(1, 3)) for a in (png, plain)]
+    diff = np.abs(blocks[0] - blocks[1])
+    assert diff.mean() < 1.5 and diff.max() < 64
+    assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.1
+
+
+def test_cached_pictures_are_reused_and_new_states_differ():
+    from course import draw
+
+    g = seed003_after_backward()
+    draw._PNG_CACHE.clear()
+    draw._STAMPS.clear()
+    first = render_png(g, "logistics", title="t")
+    stamps = dict(draw._STAMPS)
+    label = next(k for k in stamps if k[0] == "text" and k[1] == "a\nsorting centre")
+    g.nodes["a"]["grad"] = g.nodes["a"]["grad"] * 2  # a new state: one new gradient text
+    second = render_png(g, "logistics", title="t")
+    assert second != first
+    assert draw._STAMPS[label] is stamps[label]  # the label's pixels were not drawn again
+    new = set(draw._STAMPS) - set(stamps)
+    assert len(new) == 1 and next(iter(new))[1] == "grad 63"
+    draw._PNG_CACHE.clear()
+    assert render_png(g, "logistics", title="t") == second  # stamps draw the same bytes again
+
+
+def test_render_png_reuses_a_clean_canvas():
+    from course import draw
+
+    g = seed003_after_backward()
+    draw._PNG_CACHE.clear()
+    render_png(g, "technical", title="one")
+    fig, _, ax = draw._CANVAS[0]
+    assert not fig.artists and not fig.texts and not fig.legends
+    assert not ax.patches and not ax.lines and not ax.artists and not ax.texts
+    img = Image.open(io.BytesIO(render_png(g, "kitchen", dpi=100)))
+    assert round(img.info["dpi"][0]) == 100 and img.mode == "RGBA"
+    assert draw._CANVAS[0][0] is fig  # one figure for every picture
+
+
+def test_layout_is_cached_by_structure():
+    from course import draw
+
+    g = seed003_after_backward()
+    draw._LAYOUTS.clear()
+    grid = graph_layout(g)
+    assert len(draw._LAYOUTS) == 1
+    g.nodes["a"]["grad"] = None  # not structure
+    assert graph_layout(g) == grid and len(draw._LAYOUTS) == 1
+    grid["a"] = (9, 9)  # callers get a copy
+    assert graph_layout(g)["a"] != (9, 9)
