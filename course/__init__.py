@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-
 _LAZY = {  # public name -> submodule
     "tensor_table": "facts",
     "caught_warnings": "facts",
