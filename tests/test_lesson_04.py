@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 
 import pytest
+from helpers import isolated_evaluate as evaluate
 
 from autograder.encoding import encode
 from autograder.misconceptions import MISCONCEPTIONS
-from helpers import isolated_evaluate as evaluate
 
 A = "04_hooks"
 
