@@ -18,6 +18,9 @@ _LAZY = {  # public name -> submodule
     "GraphExplorer": "widgets",
     "BackwardStepper": "widgets",
     "diagnose": "doctor",
+    "tensor_bytes": "memory",
+    "saved_bytes": "memory",
+    "kept_grad_bytes": "memory",
 }
 
 
