@@ -502,4 +502,33 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "back on with requires_grad_(True) when it should train.",
         "08_capstone",
     ),
+    "zero_gradient_is_none": Misconception(
+        "thinks a branch that contributes nothing gets no gradient (None)",
+        "x * 0, a dead ReLU and the branch torch.where did not pick are recorded operations: "
+        "backward reaches their parameters and stores a gradient of zeros. None means there is "
+        "no recorded route at all (never used, detach(), no_grad(), a comparison).",
+        "07_gradient_clinic",
+    ),
+    "sigmoid_stack_healthy": Misconception(
+        "thinks a deep stack passes its gradient back intact",
+        "each layer multiplies the gradient by its Jacobian; sigmoid's slope is at most 0.25, so "
+        "through a dozen plain sigmoid layers the first layer's gradient is many orders of "
+        "magnitude smaller than the last's. Skip connections (h + f(h)) or ReLU-like "
+        "activations with a suited initialisation keep it alive.",
+        "07_gradient_clinic",
+    ),
+    "residual_fades": Misconception(
+        "thinks a residual stack's gradient fades like a plain stack's",
+        "h + f(h) has Jacobian I + f'(h): the identity route carries the gradient past every "
+        "block unchanged, so the first block's gradient stays comparable to the last's, even "
+        "with sigmoid blocks (as long as the skip path is not detached).",
+        "07_gradient_clinic",
+    ),
+    "hard_choice_trains": Misconception(
+        "thinks a hard choice (a comparison, torch.where, argmax) trains what made the choice",
+        "a comparison has no gradient: the gate that decides gets None, and the branch that is "
+        "never picked gets zeros, so neither ever learns. A soft choice, "
+        "g = sigmoid(gate(h)); g * a + (1 - g) * b, sends gradient to all three.",
+        "07_gradient_clinic",
+    ),
 }
