@@ -273,6 +273,7 @@ class Job:
     executed: dict[str, nbformat.NotebookNode] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    busy: float = 0.0  # seconds spent preparing, executing and scoring (not waiting)
 
 
 class ParallelAutograde(Autograde):
@@ -500,11 +501,15 @@ class ParallelAutograde(Autograde):
             files = {str(p.relative_to(dest)): p for p in dest.rglob("*")
                      if p.is_file() and not p.is_symlink()}
             nb = nbformat.read(path, as_version=4)
+            t0 = time.monotonic()
             worker.stage_job(files)
             ep = WorkerExecute(worker, self.limits, parent=self)
             try:
                 executed, _ = ep.preprocess(nb, {"metadata": {"path": str(dest)}})
                 job.executed[path] = executed
+                if ep.timed_out:
+                    job.notes.append(f"{name}: cell(s) {', '.join(map(str, ep.timed_out))} "
+                                     f"timed out after {ep.timeout} s and were interrupted")
                 if ep.stopped:
                     job.notes.append(f"{name}: {ep.stopped}; the cells after it score 0")
                 if ep.output_dropped:
@@ -517,6 +522,7 @@ class ParallelAutograde(Autograde):
                     worker.finish()
                 except Exception:
                     worker.stop()  # restarted for the next job
+                job.busy += time.monotonic() - t0
 
     def convert_notebooks(self) -> None:
         jobs: queue.Queue = queue.Queue()
@@ -529,12 +535,13 @@ class ParallelAutograde(Autograde):
         pending = 0
         known = self._known_notebooks(self.coursedir.assignment_id)
 
-        def finish(outcome: Outcome, t0: float) -> None:
-            outcome.seconds = time.monotonic() - t0
+        def finish(outcome: Outcome, t0: float, busy: float = 0.0) -> None:
+            outcome.seconds = busy + time.monotonic() - t0
             self.outcomes.append(outcome)
             self.on_outcome(outcome)
 
         def score(job: Job) -> None:
+            t0 = time.monotonic()
             capture = _Capture()
             self.log.addHandler(capture)
             try:
@@ -548,7 +555,7 @@ class ParallelAutograde(Autograde):
                 reason = reason_from_log(msg)
                 if reason:
                     job.outcome.note(reason)
-            finish(job.outcome, job.t0)
+            finish(job.outcome, t0, job.busy)
 
         try:
             for folder in sorted(self.assignments):
@@ -580,6 +587,7 @@ class ParallelAutograde(Autograde):
                     finish(outcome, t0)
                     continue
                 job.t0 = t0
+                job.busy = time.monotonic() - t0
                 if not pending and not any(w.alive() for w in self.workers):
                     for w in self.workers:  # first job: they import torch meanwhile
                         w.start()

@@ -21,6 +21,7 @@ import time
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
+from traitlets.config import Config
 
 from autograder.grading.sandbox import Limits, Worker, WorkerKernelManager
 
@@ -47,10 +48,14 @@ class WorkerExecute(Execute):
     def __init__(self, worker: Worker, limits: Limits, **kwargs) -> None:
         kwargs["kernel_manager_class"] = WorkerKernelManager.for_worker(worker)
         super().__init__(**kwargs)
+        # through the config: nbconvert's preprocess() re-runs NotebookClient.__init__,
+        # which resets traits from the config
+        c = Config()
         if limits.cell_timeout is not None:
-            self.timeout = int(limits.cell_timeout)
-        self.shutdown_kernel = "immediate"
-        self.startup_timeout = int(limits.startup_timeout)
+            c.Execute.timeout = int(limits.cell_timeout)
+        c.Execute.shutdown_kernel = "immediate"
+        c.Execute.startup_timeout = int(limits.startup_timeout)
+        self.update_config(c)
         self.worker = worker
         self.limits = limits
         self.stopped: str | None = None  # why execution stopped early, if it did
@@ -60,6 +65,7 @@ class WorkerExecute(Execute):
     # -- whole-notebook deadline and dead kernels
     def preprocess(self, nb, resources=None, km=None):
         self.stopped = None
+        self.timed_out: list[int] = []
         self.cells_run = 0
         self._out_bytes = 0
         self.output_dropped = 0
@@ -110,6 +116,8 @@ class WorkerExecute(Execute):
             return cell, resources
         if cell.cell_type == "code":
             self.cells_run += 1
+            if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
+                self.timed_out.append(index)
         return cell, resources
 
     # -- output budget

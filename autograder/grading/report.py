@@ -23,7 +23,7 @@ class Outcome:
     status: str = "graded"
     score: float | None = None
     max_score: float | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # preparing + executing + scoring it (not time spent queued)
     reasons: list[str] = field(default_factory=list)
     notebooks: list[str] = field(default_factory=list)
 
