@@ -22,6 +22,7 @@ c.CourseDirectory.db_assignments = [
     dict(name="04_hooks"),
     dict(name="05_no_grad"),
     dict(name="06_inplace"),
+    dict(name="08_capstone"),
 ]
 
 # The formgrader and the assignment list need an exchange folder that exists.

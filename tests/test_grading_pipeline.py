@@ -136,3 +136,24 @@ def test_torch_warnings_do_not_zero_a_correct_answer(tmp_path):
     scores = read_scores(course, "99_warning")
     assert scores["alice"].score == 1
     assert scores["bob"].score == 0
+
+
+def test_autograder_grade_gives_stock_scores(graded):
+    """``autograder grade`` (parallel, sandboxed) re-grades the same submissions: identical
+    per-cell scores in the gradebook. (Last in this file: it rewrites autograded/.)"""
+    import subprocess
+    import sys
+
+    from autograder.grading.sandbox import sandbox_problem
+    from autograder.pipeline import nbgrader_env
+
+    assignment, course, stock, _ = graded
+    sandbox = [] if sandbox_problem() is None else ["--no-sandbox"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--workers", "2",
+         "--quiet", *sandbox],
+        cwd=course, env=nbgrader_env(), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ours = read_scores(course, assignment)
+    assert {s: (v.score, v.per_cell) for s, v in ours.items()} == \
+        {s: (v.score, v.per_cell) for s, v in stock.items()}
