@@ -5,7 +5,7 @@ the process's memory use (which depends on the allocator and on everything else 
 tensor's bytes are ``numel() * element_size()``; tensors that share a storage (a view, the same
 tensor saved twice) hold it only once, so each storage is counted once, by its size.
 
-* ``tensor_bytes(*tensors)``: bytes held by some tensors (lesson 02, section 6).
+* ``tensor_bytes(*tensors, exclude=())``: bytes held by some tensors (lesson 02, section 6).
 * ``saved_bytes(fn, exclude=())``: bytes autograd saves for backward while ``fn()`` runs, the
   copies kept for the audit (lesson 02, section 6; lesson 05 measures ``no_grad()`` with it).
 * ``kept_grad_bytes(*tensors)``: bytes of the gradients kept in ``.grad`` after backward
@@ -18,7 +18,7 @@ Each argument taking tensors also takes iterables of them (``model.parameters()`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -67,35 +67,34 @@ def _count(tensors: Iterable[torch.Tensor], skip: frozenset = frozenset()) -> in
     return sum(sizes.values())
 
 
-def tensor_bytes(*tensors) -> int:
+def tensor_bytes(*tensors, exclude: Iterable[Any] = ()) -> int:
     """Bytes held by ``tensors``, each storage counted once (lesson 02, section 6).
 
     For a tensor with a storage of its own this is ``t.numel() * t.element_size()``: 4 bytes
     per float32 number, 8 per float64. A view shares its base's storage, so
-    ``tensor_bytes(x, x.t(), x[0])`` is the bytes of ``x``, once.
+    ``tensor_bytes(x, x.t(), x[0])`` is the bytes of ``x``, once. Storages shared with the
+    tensors in ``exclude`` are not counted.
     """
-    return _count(_tensors(tensors))
+    skip = frozenset(key for t in _tensors([exclude]) for key, _ in _storages(t))
+    return _count(_tensors(tensors), skip)
 
 
-def saved_bytes(fn: Callable[[], Any], exclude: Iterable[Any] = ()) -> int:
+def saved_bytes(fn, exclude=()) -> int:
     """Bytes of the tensors autograd saves for backward while ``fn()`` runs (lesson 02, section 6).
 
-    ``torch.autograd.graph.saved_tensors_hooks`` calls ``pack`` once for every tensor an
-    operation saves because its backward formula needs it: a ``Linear`` keeps its input (and its
-    weight), a ReLU its output, Dropout its mask. Each storage is counted once; storages of the
-    tensors in ``exclude`` (typically ``model.parameters()``, which are kept anyway) are not
-    counted. Under ``torch.no_grad()`` nothing is recorded, so nothing is saved: 0.
+    Each storage is counted once. A ``Linear`` saves its input (and its weight), a ReLU its
+    output, Dropout its mask; pass ``exclude=model.parameters()`` to leave out the weights,
+    which the model holds anyway. Under ``torch.no_grad()`` nothing is saved: 0.
     """
     saved = []
 
-    def pack(t):  # called once for every tensor saved for backward
-        saved.append(t)  # holding it keeps its storage from being reused while fn() runs
+    def pack(t):                  # autograd calls this for every tensor it saves for backward
+        saved.append(t)           # holding it: no storage is freed and reused while fn() runs
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
-    skip = frozenset(key for t in _tensors(exclude) for key, _ in _storages(t))
-    return _count(saved, skip)
+    return tensor_bytes(saved, exclude=exclude)
 
 
 def kept_grad_bytes(*tensors) -> int:

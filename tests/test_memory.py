@@ -25,6 +25,8 @@ def test_tensor_bytes_counts_each_storage_once():
     y = torch.randn(8, 16)
     assert course.tensor_bytes(x, y) == 2 * 8 * 16 * 4
     assert course.tensor_bytes(x, x.clone()) == 2 * 8 * 16 * 4
+    assert course.tensor_bytes(x, y, exclude=[x.t()]) == 8 * 16 * 4  # x's storage left out
+    assert course.tensor_bytes(x, exclude=y) == 8 * 16 * 4
 
 
 def test_tensor_bytes_takes_iterables_and_none():
