@@ -2,7 +2,7 @@
 
 Every expected answer is read off live torch when the question is checked: a
 predict question runs the very code the notebook shows (``code``; question 7 first
-runs ``SAVED_BYTES``, the helper the notebook defines in section 6) and reads the
+runs ``SAVED_BYTES``, the notebook's import of lesson 02's helper in section 6) and reads the
 facts; a code question runs the learner's function in the oracle, counting the
 tensors autograd saves for backward while it runs, and compares what it did with
 what torch's own tools (``torch.optim.SGD``, ``torch.clamp``, ``no_grad``) do.
@@ -368,20 +368,8 @@ class Q6StepInsideNoGrad(Predict):
 
 # --------------------------------------------------------------------------- Q7
 
-#: The notebook's measuring helper (section 6 shows this very text).
-SAVED_BYTES = '''\
-def saved_bytes(run):
-    """Bytes of the tensors autograd saves for backward while run() executes."""
-    sizes = []
-
-    def pack(t):                     # called once for every tensor saved for backward
-        sizes.append(t.numel() * t.element_size())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        run()
-    return sum(sizes)
-'''
+#: The notebook's measuring helper, ``course.memory.saved_bytes`` (section 6 shows this very text).
+SAVED_BYTES = "from course import saved_bytes\n"
 
 MEMORY = """\
 model = nn.Sequential(nn.Linear(100, 200), nn.ReLU(), nn.Dropout(0.1), nn.Linear(200, 10))
@@ -415,12 +403,13 @@ class Q7WhatIsSaved(Predict):
              "activation has already been saved (the copies were kept while the model ran).",
              "detach_saves_memory"),
         Item("eval_bytes < train_bytes", "in training mode Dropout saves its random mask for "
-             "backward; in evaluation mode it does nothing, so there is one tensor less to "
-             "keep. Less, but not zero.", "eval_is_no_grad"),
+             "backward, and the last Linear keeps Dropout's output; in evaluation mode Dropout "
+             "passes the ReLU's output on untouched, so neither is kept. Less, but not zero.",
+             "eval_is_no_grad"),
     ]
 
     def scenario(self):
-        # The notebook defined saved_bytes in section 6: define it the same way first.
+        # The notebook imported saved_bytes in section 6: import it the same way first.
         torch.manual_seed(0)
         ns = learner_namespace()
         with warnings.catch_warnings():
