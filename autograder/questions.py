@@ -320,12 +320,76 @@ def _short_tb(exc: BaseException) -> str:
 
 @dataclass
 class Requirement:
-    """One checked property of a learner's code: a name, a part, and a test."""
+    """One checked property of a learner's code: a name, a part, and a test.
+
+    ``test(run)`` returns a bool or ``(ok, detail)``. ``myth`` names the misconception a
+    failure reveals, or is a callable ``(run) -> key`` choosing it from what the run did.
+    """
 
     text: str
     test: Callable[[Any], bool | tuple[bool, str]]
-    myth: str | None = None
+    myth: str | Callable[[Any], str | None] | None = None
     part: str = "main"
+
+    def myth_for(self, run: Any) -> str | None:
+        return self.myth(run) if callable(self.myth) else self.myth
+
+
+def _for_part(qid: str, requirements: Iterable[Requirement], part: str | None) -> list:
+    reqs = [r for r in requirements if part is None or r.part == part]
+    if not reqs:
+        raise KeyError(f"question {qid} has no part {part!r}")
+    return reqs
+
+
+def score_requirements(qid: str, run: Any, requirements: Iterable[Requirement],
+                       part: str | None = None) -> Verdict:
+    """Score the fraction of ``requirements`` (of ``part``) that a finished ``run`` meets."""
+    reqs = _for_part(qid, requirements, part)
+    findings = []
+    right = 0
+    for req in reqs:
+        try:
+            outcome = req.test(run)
+        except Exception as exc:  # the result had the wrong shape for this test
+            outcome = (False, f"could not be checked ({type(exc).__name__}: {exc})")
+        ok, detail = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
+        if ok:
+            right += 1
+            findings.append(Finding(True, f"{req.text} -- yes.", part=req.part))
+        else:
+            myth = req.myth_for(run)
+            text = f"{req.text} -- no{': ' + detail if detail else '.'}"
+            if myth:
+                text += f" [Misconception: {myth_text(myth)}.]"
+            findings.append(Finding(False, text, misconception=myth, part=req.part))
+    return Verdict(qid, right / len(reqs), findings)
+
+
+def raised_finding(exc: LearnerCodeError,
+                   on_error: Callable[[LearnerCodeError], str | None] | None = None) -> Finding:
+    """Feedback for a learner function that raised, naming a misconception where ``on_error``
+    recognises the error."""
+    myth = on_error(exc) if on_error else None
+    text = f"Your function raised {exc.summary}"
+    if myth:
+        text += f" [Misconception: {myth_text(myth)}.]"
+    return Finding(False, text, misconception=myth)
+
+
+def score_run(qid: str, run_fn: Callable[[], Any], requirements: Iterable[Requirement],
+              part: str | None = None,
+              on_error: Callable[[LearnerCodeError], str | None] | None = None) -> Verdict:
+    """Call ``run_fn()`` (which runs the learner's code) and score its result.
+
+    A :class:`LearnerCodeError` scores 0 with a finding that says what was raised.
+    """
+    reqs = _for_part(qid, requirements, part)
+    try:
+        run = run_fn()
+    except LearnerCodeError as exc:
+        return Verdict(qid, 0.0, [raised_finding(exc, on_error)])
+    return score_requirements(qid, run, reqs)
 
 
 class WriteCode(Question):
@@ -359,32 +423,10 @@ class WriteCode(Question):
         requirements: Iterable[Requirement],
         part: str | None,
         args: tuple = (),
+        on_error: Callable[[LearnerCodeError], str | None] | None = None,
     ) -> Verdict:
         """Run ``fn(*args)`` and score the fraction of ``requirements`` (of ``part``) it meets."""
-        reqs = [r for r in requirements if part is None or r.part == part]
-        if not reqs:
-            raise KeyError(f"question {self.qid} has no part {part!r}")
-        try:
-            run = run_learner(fn, *args)
-        except LearnerCodeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(False, f"Your function raised {exc.summary}")])
-        findings = []
-        right = 0
-        for req in reqs:
-            try:
-                outcome = req.test(run)
-            except Exception as exc:  # the result had the wrong shape for this test
-                outcome = (False, f"could not be checked ({type(exc).__name__}: {exc})")
-            ok, detail = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
-            if ok:
-                right += 1
-                findings.append(Finding(True, f"{req.text} -- yes.", part=req.part))
-            else:
-                text = f"{req.text} -- no{': ' + detail if detail else '.'}"
-                if req.myth:
-                    text += f" [Misconception: {myth_text(req.myth)}.]"
-                findings.append(Finding(False, text, misconception=req.myth, part=req.part))
-        return Verdict(self.qid, right / len(reqs), findings)
+        return score_run(self.qid, lambda: run_learner(fn, *args), requirements, part, on_error)
 
 
 # --------------------------------------------------------------------------- lessons

@@ -24,6 +24,7 @@ from autograder.questions import (
     Verdict,
     WriteCode,
     myth_text,
+    raised_finding,
     run_learner,
     values_equal,
 )
@@ -338,18 +339,20 @@ class Q5Memory(Predict):
 # --------------------------------------------------------------------------- write code
 
 
+def _graph_freed(exc: LearnerCodeError) -> str | None:
+    """A second backward through a freed graph: the learner thinks the graph survives."""
+    if exc.exc_type == "RuntimeError" and ("second time" in exc.summary
+                                           or "retain_graph" in exc.summary):
+        return "graph_survives_backward"
+    return None
+
+
 def _run(fn: LearnerFunction, *args) -> tuple[CodeRun | None, Finding | None]:
     """Run the learner's function; a raise becomes a finding (naming a myth where we can)."""
     try:
         return run_learner(fn, *args), None
     except LearnerCodeError as exc:
-        text = f"your function raised {exc.summary}"
-        myth = None
-        if exc.exc_type == "RuntimeError" and ("second time" in exc.summary
-                                               or "retain_graph" in exc.summary):
-            myth = "graph_survives_backward"
-            text += f" [Misconception: {myth_text(myth)}.]"
-        return None, Finding(False, text, misconception=myth)
+        return None, raised_finding(exc, _graph_freed)
 
 
 HIDDEN_CASES = {
@@ -544,36 +547,13 @@ class Q8LateMonitor(WriteCode):
         def flagged(run):
             return tf.retains_grad(run.result), "the station should carry a monitor"
 
-        return _require(self, fn, [
+        return self.run_and_require(fn, [
             Requirement("the returned tensor is still the transit station", still_station,
                         "output_can_be_leaf"),
             Requirement("the station carries a monitor (retains_grad)", flagged),
             Requirement("its .grad holds the gradient of the report", kept,
                         "retain_grad_after_backward"),
-        ], part)
-
-
-def _require(q: WriteCode, fn, reqs, part, args=()) -> Verdict:
-    """``run_and_require`` with a named misconception when the function raises."""
-    run, problem = _run(fn, *args)
-    if problem:
-        return Verdict(q.qid, 0.0, [problem])
-    findings, right = [], 0
-    for req in reqs:
-        try:
-            outcome = req.test(run)
-        except Exception as exc:  # the result had the wrong shape for this test
-            outcome = (False, f"could not be checked ({type(exc).__name__}: {exc})")
-        ok, detail = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
-        if ok:
-            right += 1
-            findings.append(Finding(True, f"{req.text} -- yes."))
-        else:
-            text = f"{req.text} -- no{': ' + detail if detail else '.'}"
-            if req.myth:
-                text += f" [Misconception: {myth_text(req.myth)}.]"
-            findings.append(Finding(False, text, misconception=req.myth))
-    return Verdict(q.qid, right / len(reqs), findings)
+        ], part, on_error=_graph_freed)
 
 
 TRAIN_START, TRAIN_TARGET, TRAIN_LR, TRAIN_STEPS = [1.0, -1.0], [3.0, 2.0], 0.1, 3
@@ -609,10 +589,10 @@ class Q9PilingReports(WriteCode):
             return (tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t),
                     "return the sorting centre w (a leaf that requires grad)")
 
-        return _require(self, fn, [
+        return self.run_and_require(fn, [
             Requirement("w is still the sorting centre", centre),
             Requirement("each step used only its own gradient", trained, "grad_accumulates_not"),
-        ], part)
+        ], part, on_error=_graph_freed)
 
 
 @lesson.register
@@ -640,7 +620,7 @@ class Q10TwoReports(WriteCode):
             return ok, (f"w.grad should hold the gradients of both reports added up, {want}, "
                         f"found {g}")
 
-        return _require(self, fn, [
+        return self.run_and_require(fn, [
             Requirement("w is still the sorting centre", centre),
             Requirement("w.grad holds d(speed + cost)/dw", both),
-        ], part)
+        ], part, on_error=_graph_freed)

@@ -27,6 +27,7 @@ from autograder.questions import (
     learner_namespace,
     myth_text,
     run_learner,
+    score_requirements,
     values_equal,
 )
 
@@ -427,7 +428,7 @@ class Q8FreezeLayer(WriteCode):
             return ok, ("the layers before and after it must still get their gradients: the "
                         "gradient has to flow *through* the frozen layer")
 
-        return OutcomeScorer(self.qid).score([
+        return score_requirements(self.qid, run, [
             Requirement("every parameter of the layer has requires_grad=False", frozen_flags,
                         "detach_freezes"),
             Requirement("after backward, the layer's .grad is None", no_grads, "detach_freezes"),
@@ -435,7 +436,7 @@ class Q8FreezeLayer(WriteCode):
                         unchanged, "detach_freezes"),
             Requirement("the other layers still receive the right gradients", others_train,
                         "detach_activation_freezes_one"),
-        ], run)
+        ])
 
 
 def _close(a, b) -> bool:
@@ -496,36 +497,12 @@ class Q9CustomLoss(WriteCode):
                 ("mid_layer's gradient is missing the auxiliary loss's share: the feature was "
                  "cut off its recipe inside the loss")
 
-        return OutcomeScorer(self.qid).score([
+        return score_requirements(self.qid, run, [
             Requirement("the loss value is main + 0.1 * aux", value),
             Requirement("the output layer gets the right gradient", head_grad),
             Requirement("mid_layer gets the gradient of *both* losses", mid_grad,
                         "detach_in_loss_harmless"),
-        ], run)
-
-
-class OutcomeScorer:
-    """Score requirements against a finished run (used when the grader drives backward)."""
-
-    def __init__(self, qid: str):
-        self.qid = qid
-
-    def score(self, requirements, run) -> Verdict:
-        findings, right = [], 0
-        for req in requirements:
-            try:
-                ok, detail = req.test(run)
-            except Exception as exc:
-                ok, detail = False, f"could not be checked ({type(exc).__name__}: {exc})"
-            if ok:
-                right += 1
-                findings.append(Finding(True, f"{req.text} -- yes."))
-            else:
-                text = f"{req.text} -- no: {detail}."
-                if req.myth:
-                    text += f" [Misconception: {myth_text(req.myth)}.]"
-                findings.append(Finding(False, text, misconception=req.myth))
-        return Verdict(self.qid, right / len(requirements), findings)
+        ])
 
 
 def _stack(width: int, depth: int, seed: int):
@@ -601,13 +578,13 @@ class Q10ResidualBug(WriteCode):
                     f"skip path kept it is {ref_norm:.3g}")
             return test
 
-        return OutcomeScorer(self.qid).score([
+        return score_requirements(self.qid, None, [
             Requirement("the output values are those of a residual block", forward),
             Requirement(f"in training mode, the input gradient through {depth} blocks is the "
                         "residual one", grad_in("training"), "residual_detach_harmless"),
             Requirement(f"in eval mode, the input gradient through {depth} blocks is the "
                         "residual one", grad_in("eval"), "residual_detach_harmless"),
-        ], None)
+        ])
 
 
 def _learner_callable(fn):
@@ -667,9 +644,9 @@ class Q11Discriminator(WriteCode):
             return all(g is None for g in grads), \
                 "the discriminator's loss put gradients on the generator's parameters"
 
-        return OutcomeScorer(self.qid).score([
+        return score_requirements(self.qid, run, [
             Requirement("the loss value is the discriminator's BCE loss", value),
             Requirement("the discriminator gets its gradients", d_grads),
             Requirement("the generator gets no gradient from this step", g_clean,
                         "fake_batch_not_detached"),
-        ], run)
+        ])

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,17 +20,15 @@ from autograder import torchfacts as tf
 from autograder.encoding import ExceptionName, LearnerFunction
 from autograder.questions import (
     CodeRun,
-    Finding,
     Item,
     LearnerCodeError,
     Lesson,
     Predict,
     Requirement,
-    Verdict,
     WriteCode,
     learner_namespace,
-    myth_text,
     run_learner,
+    score_run,
     values_equal,
 )
 
@@ -457,48 +453,8 @@ def _run_counting(fn: LearnerFunction, *args) -> _Counted:
     return _Counted(run, sum(sizes), after)
 
 
-@dataclass
-class _Check(Requirement):
-    """A requirement whose misconception depends on what the run did (``choose(run)``)."""
-
-    choose: Callable[[Any], str | None] | None = None
-
-
-def _score(qid: str, run_fn, requirements: list[Requirement], part: str | None,
-           on_error=None) -> Verdict:
-    """Like ``WriteCode.run_and_require``, with misconceptions named for a failing run too."""
-    reqs = [r for r in requirements if part is None or r.part == part]
-    if not reqs:
-        raise KeyError(f"question {qid} has no part {part!r}")
-    try:
-        run = run_fn()
-    except LearnerCodeError as exc:
-        myth = on_error(exc.summary) if on_error else None
-        text = f"Your function raised {exc.summary}"
-        if myth:
-            text += f" [Misconception: {myth_text(myth)}.]"
-        return Verdict(qid, 0.0, [Finding(False, text, misconception=myth)])
-    findings, right = [], 0
-    for req in reqs:
-        try:
-            outcome = req.test(run)
-        except Exception as exc:  # the result had the wrong shape for this test
-            outcome = (False, f"could not be checked ({type(exc).__name__}: {exc})")
-        ok, detail = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
-        if ok:
-            right += 1
-            findings.append(Finding(True, f"{req.text} -- yes.", part=req.part))
-        else:
-            myth = req.choose(run) if isinstance(req, _Check) and req.choose else req.myth
-            text = f"{req.text} -- no{': ' + detail if detail else '.'}"
-            if myth:
-                text += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, text, misconception=myth, part=req.part))
-    return Verdict(qid, right / len(reqs), findings)
-
-
-def _leaf_edit_error(summary: str) -> str | None:
-    return "leaf_inplace_ok" if "a leaf Variable that requires grad" in summary else None
+def _leaf_edit_error(exc: LearnerCodeError) -> str | None:
+    return "leaf_inplace_ok" if "a leaf Variable that requires grad" in exc.summary else None
 
 
 def _values(t) -> Any:
@@ -573,11 +529,11 @@ class Q8Predict(WriteCode):
             return values_equal(got, want), ("the output differs from the model's output in "
                                              "evaluation mode (is dropout still active?)")
 
-        return _score(self.qid, lambda: _run_counting(fn, model, batch), [
+        return score_run(self.qid, lambda: _run_counting(fn, model, batch), [
             Requirement("the output records no history", no_history, "eval_is_no_grad",
                         part="quiet"),
-            _Check("nothing was saved for backward while predict ran", _nothing_saved,
-                   part="quiet", choose=_why_saved),
+            Requirement("nothing was saved for backward while predict ran", _nothing_saved,
+                        _why_saved, part="quiet"),
             Requirement("the model's parameters are still trainable afterwards", trainable,
                         "inference_freezes_params", part="quiet"),
             Requirement("grad mode is back on after the call", _grad_mode_back, _SCOPE,
@@ -647,7 +603,7 @@ class Q9SgdStep(WriteCode):
             return not run.warnings, f"your function warned: {run.warnings}"
 
         params_list = [params["w"], params["idle"], params["b"]]
-        return _score(self.qid, lambda: _run_counting(fn, params_list, lr), [
+        return score_run(self.qid, lambda: _run_counting(fn, params_list, lr), [
             Requirement("every tensor with a gradient moved as torch.optim.SGD moves it", moved,
                         part="update"),
             Requirement("the tensor whose .grad is None was left alone", idle,
@@ -692,7 +648,7 @@ class Q10ClipCentres(WriteCode):
             return not silent, (f"the version counter of {silent} did not move: the write went "
                                 "through .data, where autograd cannot see it")
 
-        return _score(self.qid, lambda: _run_counting(fn, model, limit), [
+        return score_run(self.qid, lambda: _run_counting(fn, model, limit), [
             Requirement("every parameter is clipped to [-limit, limit]", clipped),
             Requirement("the parameters are still leaves that require grad", trainable,
                         "inference_freezes_params"),
@@ -743,10 +699,10 @@ class Q11ValidationLoss(WriteCode):
         def trainable(run):
             return _still_trainable(list(model.named_parameters()))
 
-        return _score(self.qid, lambda: _run_counting(fn, model, batches), [
+        return score_run(self.qid, lambda: _run_counting(fn, model, batches), [
             Requirement("the mean validation loss is right", value, part="record"),
-            _Check("nothing was saved for backward while it ran", _nothing_saved,
-                   part="record", choose=_why_saved),
+            Requirement("nothing was saved for backward while it ran", _nothing_saved,
+                        _why_saved, part="record"),
             Requirement("it returns one number that records no history", no_history, "eval_is_no_grad",
                         part="result"),
             Requirement("the model's parameters are still trainable afterwards", trainable,
