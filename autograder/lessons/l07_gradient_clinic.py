@@ -114,42 +114,40 @@ class Q1Alarm(Predict):
 
 
 LOUD = """\
-x = torch.tensor([1.0, 2.0], requires_grad=True)
-y = torch.tensor([3.0, 4.0], requires_grad=True)
-
-z = x * y
-z.add_(1)                        # seed 004: "this breaks the graph"
+a = torch.tensor([1.0, 2.0], requires_grad=True)
+b = torch.tensor([3.0, 4.0], requires_grad=True)
+z = a * b
+z.mul_(3)                         # in place on a product
 try:
     z.sum().backward()
-    error_add = None
+    error_mul = None
 except RuntimeError as exc:
-    error_add = exc
+    error_mul = exc
 
-s = (x * y).sigmoid()
-s.mul_(2)                        # sigmoid saved its output for backward
+c = torch.tensor([0.5, -0.5], requires_grad=True)
+s = c.sigmoid()
+s.mul_(2)                         # in place on sigmoid's output
 try:
     s.sum().backward()
     error_sigmoid = None
 except RuntimeError as exc:
     error_sigmoid = exc
 
+d = torch.tensor([1.0, 2.0], requires_grad=True)
+e = torch.tensor([5.0, 6.0], requires_grad=True)
 with torch.no_grad():
-    doubled = x * 2              # computed with the monitors off
-try:
-    (doubled + 1).sum().backward()
-    error_no_grad = None
-except RuntimeError as exc:
-    error_no_grad = exc
+    doubled = d * 2               # computed with the monitors off
+(doubled * e).sum().backward()
 
 w = torch.tensor([1.0, -1.0], requires_grad=True)
 opt = torch.optim.SGD([w], lr=0.5)
-(w * w).sum().backward()         # w.grad = 2 * w
-with torch.no_grad():            # seed 004: "step() in the wrong place"
+(w * w).sum().backward()          # w.grad = 2 * w
+with torch.no_grad():             # seed 004: "step() in the wrong place"
     opt.step()
 """
 
 
-def _add_myth(given: Any, expected: Any) -> str | None:
+def _mul_myth(given: Any, expected: Any) -> str | None:
     return "inplace_always_fatal" if given is not None else None
 
 
@@ -157,8 +155,12 @@ def _sigmoid_myth(given: Any, expected: Any) -> str | None:
     return "inplace_grad_none" if given is None else None
 
 
-def _no_grad_myth(given: Any, expected: Any) -> str | None:
-    return "no_grad_backward_silent" if given is None else None
+def _d_myth(given: Any, expected: Any) -> str | None:
+    return "no_grad_branch_counts" if given is not None else None
+
+
+def _e_myth(given: Any, expected: Any) -> str | None:
+    return "no_grad_result_unusable" if given is None else None
 
 
 def _step_myth(given: Any, expected: Any) -> str | None:
@@ -173,31 +175,29 @@ class Q2Loud(Predict):
     title = "In-place and no_grad(): loud, silent or harmless?"
     code = LOUD
     items = [
-        Item("error_add", "add saves nothing for backward, so changing z in place breaks "
-             "nothing: backward runs and x.grad = y. Answer RuntimeError or None.", _add_myth,
-             part="inplace"),
+        Item("error_mul", "mul by a number saves nothing of z for backward, so changing z in "
+             "place breaks nothing: backward runs and a.grad = 3 * b. Answer RuntimeError or "
+             "None.", _mul_myth, part="inplace"),
         Item("error_sigmoid", "sigmoid saved its output s for backward; s.mul_(2) bumped its "
              "version counter, so backward raises RuntimeError ('modified by an inplace "
              "operation'). It never silently drops the gradient.", _sigmoid_myth,
              part="inplace"),
-        Item("error_no_grad", "doubled was made with recording off: it and doubled + 1 have no "
-             "grad_fn, so backward raises RuntimeError ('does not require grad').",
-             _no_grad_myth, part="no_grad"),
+        Item("d.grad", "the route through d was never recorded (doubled has no grad_fn): d gets "
+             "nothing, silently. Answer None or a list.", _d_myth, part="no_grad"),
+        Item("e.grad", "doubled works as a constant (bottled sauce): e still gets its gradient, "
+             "d(sum(doubled * e))/de = doubled = [2.0, 4.0].", _e_myth, part="no_grad"),
         Item("w", "step() already switches grad off while it updates, so the extra no_grad() "
              "changes nothing: w - 0.5 * 2w = 0. Give the values as a list.", _step_myth,
-             part="no_grad"),
-        Item("w.is_leaf", "the update is done in place with recording off: w stays a leaf "
-             "that requires grad, ready for the next step.", "step_inside_no_grad_breaks",
              part="no_grad"),
     ]
 
     def facts(self, ns):
         return {
-            "error_add": _error(ns, "error_add"),
+            "error_mul": _error(ns, "error_mul"),
             "error_sigmoid": _error(ns, "error_sigmoid"),
-            "error_no_grad": _error(ns, "error_no_grad"),
+            "d.grad": tf.grad_values(ns["d"]),
+            "e.grad": tf.grad_values(ns["e"]),
             "w": tf._tolist(ns["w"]),
-            "w.is_leaf": tf.is_leaf(ns["w"]),
         }
 
 
