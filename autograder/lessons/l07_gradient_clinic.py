@@ -23,11 +23,13 @@ from autograder.questions import (
     LearnerCodeError,
     Lesson,
     Predict,
+    Requirement,
     Verdict,
     WriteCode,
     learner_namespace,
     myth_text,
     run_learner,
+    score_requirements,
     values_equal,
 )
 
@@ -411,25 +413,11 @@ class Watch:
 
 
 def _score(qid: str, checks: list[tuple[str, str, Any, str | None]], part: str | None) -> Verdict:
-    """Score ``(part, text, test, myth)`` checks of ``part``; ``test()`` -> ``(ok, detail)``."""
-    chosen = [c for c in checks if part is None or c[0] == part]
-    if not chosen:
-        raise KeyError(f"question {qid} has no part {part!r}")
-    findings, right = [], 0
-    for p, text, test, myth in chosen:
-        try:
-            ok, detail = test()
-        except Exception as exc:  # the learner's result had the wrong shape
-            ok, detail = False, f"could not be checked ({type(exc).__name__}: {exc})"
-        if ok:
-            right += 1
-            findings.append(Finding(True, f"{text} -- yes.", part=p))
-        else:
-            msg = f"{text} -- no: {detail}."
-            if myth:
-                msg += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, msg, misconception=myth, part=p))
-    return Verdict(qid, right / len(chosen), findings)
+    """Score ``(part, text, test, myth)`` checks of ``part``; ``test()`` -> ``(ok, detail)``.
+    The tests close over what the grader measured, so the framework's scorer gets no run."""
+    return score_requirements(qid, None, [
+        Requirement(text, lambda _run, test=test: test(), myth, p) for p, text, test, myth in checks
+    ], part)
 
 
 def _learner_callable(fn):
