@@ -22,6 +22,7 @@ c.CourseDirectory.db_assignments = [
     dict(name="04_hooks"),
     dict(name="05_no_grad"),
     dict(name="06_inplace"),
+    dict(name="07_gradient_clinic"),
     dict(name="08_capstone"),
 ]
 
