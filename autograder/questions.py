@@ -282,19 +282,35 @@ def learner_namespace() -> dict[str, Any]:
     }
 
 
+def define_learner(fn: LearnerFunction):
+    """The learner's function, defined from its source in a fresh :func:`learner_namespace`.
+
+    Raises :class:`LearnerCodeError` for a syntax error or a failing definition.
+    """
+    namespace = learner_namespace()
+    try:
+        code = compile(fn.source, f"<your function {fn.name}>", "exec")
+        exec(code, namespace)  # noqa: S102 -- running the learner's code is the point
+        return namespace[fn.name]
+    except Exception as exc:  # a syntax error, a failing decorator, a misnamed function
+        raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
+
+
+def warns(action: Callable[[], Any]) -> bool:
+    """Whether ``action()`` emits a UserWarning (for "does this read warn?" facts)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        action()
+    return any(issubclass(w.category, UserWarning) for w in caught)
+
+
 def run_learner(fn: LearnerFunction, *args: Any, **kwargs: Any) -> CodeRun:
     """Define the learner's function from its source in a fresh namespace and call it.
 
     Runs inside a forked oracle child, so whatever the code does to torch dies with
     that child. Raises :class:`LearnerCodeError` with a short traceback if it fails.
     """
-    namespace = learner_namespace()
-    try:
-        code = compile(fn.source, f"<your function {fn.name}>", "exec")
-        exec(code, namespace)  # noqa: S102 -- running the learner's code is the point
-        func = namespace[fn.name]
-    except Exception as exc:  # a syntax error or a failing decorator
-        raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
+    func = define_learner(fn)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -8,7 +8,6 @@ function and inspects what it returns.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from autograder import torchfacts as tf
@@ -25,6 +24,7 @@ from autograder.questions import (
     WriteCode,
     run_learner,
     values_equal,
+    warns,
 )
 
 lesson = Lesson("01_leaves", "Leaf tensors")
@@ -140,13 +140,6 @@ class Q3WhatGradHolds(Predict):
                                                                  "station.grad")}
 
 
-def _warns(read) -> bool:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        read()
-    return any(issubclass(w.category, UserWarning) for w in caught)
-
-
 @lesson.register
 class Q4Warnings(Predict):
     qid = "q4"
@@ -167,7 +160,7 @@ kept.sum().backward()
     ]
 
     def facts(self, ns):
-        return {k: _warns(lambda k=k: ns[k.split(".")[0]].grad)
+        return {k: warns(lambda k=k: ns[k.split(".")[0]].grad)
                 for k in ("w.grad", "parcel.grad", "station.grad", "kept.grad")}
 
 

@@ -24,11 +24,12 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
-    learner_namespace,
+    define_learner,
     myth_text,
     run_learner,
     score_requirements,
     values_equal,
+    warns,
 )
 
 lesson = Lesson("03_detach", "detach() and its cousins")
@@ -128,13 +129,6 @@ copy_c = torch.tensor(sauce)     # does this line warn?
 """
 
 
-def _warns(action) -> bool:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        action()
-    return any(issubclass(w.category, UserWarning) for w in caught)
-
-
 @lesson.register
 class Q3Copies(Predict):
     qid = "q3"
@@ -164,7 +158,7 @@ class Q3Copies(Predict):
             "copy_a.requires_grad": tf.requires_grad(ns["copy_a"]),
             "copy_b.requires_grad": tf.requires_grad(ns["copy_b"]),
             "copy_c.requires_grad": tf.requires_grad(ns["copy_c"]),
-            "copy_c warns": _warns(lambda: torch.tensor(sauce)),
+            "copy_c warns": warns(lambda: torch.tensor(sauce)),
         }
 
 
@@ -550,7 +544,7 @@ class Q10ResidualBug(WriteCode):
         ref_out, ref_x = run_stack(_reference_block, True)
         results = {}
         try:
-            block = _learner_callable(fn)
+            block = define_learner(fn)
             for mode, training in (("training", True), ("eval", False)):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -585,16 +579,6 @@ class Q10ResidualBug(WriteCode):
             Requirement(f"in eval mode, the input gradient through {depth} blocks is the "
                         "residual one", grad_in("eval"), "residual_detach_harmless"),
         ])
-
-
-def _learner_callable(fn):
-    """The learner's function, defined from its source in a clean namespace."""
-    namespace = learner_namespace()
-    try:
-        exec(compile(fn.source, f"<your function {fn.name}>", "exec"), namespace)  # noqa: S102
-        return namespace[fn.name]
-    except Exception as exc:
-        raise LearnerCodeError(f"{type(exc).__name__}: {exc}", type(exc).__name__) from None
 
 
 @lesson.register

@@ -26,6 +26,7 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
+    define_learner,
     learner_namespace,
     myth_text,
     run_learner,
@@ -420,16 +421,6 @@ def _score(qid: str, checks: list[tuple[str, str, Any, str | None]], part: str |
     ], part)
 
 
-def _learner_callable(fn):
-    """The learner's function, defined from its source in a clean namespace."""
-    namespace = learner_namespace()
-    try:
-        exec(compile(fn.source, f"<your function {fn.name}>", "exec"), namespace)  # noqa: S102
-        return namespace[fn.name]
-    except Exception as exc:
-        raise LearnerCodeError(f"{type(exc).__name__}: {exc}", type(exc).__name__) from None
-
-
 def _failed(qid: str, text: str, myth: str | None = None) -> Verdict:
     if myth:
         text += f" [Misconception: {myth_text(myth)}.]"
@@ -763,7 +754,7 @@ class Q8Huber(WriteCode):
         import torch.nn.functional as F
 
         try:
-            loss_fn = _learner_callable(fn)
+            loss_fn = define_learner(fn)
         except LearnerCodeError as exc:
             return _failed(self.qid, f"Your function failed: {exc.summary}")
 
@@ -935,7 +926,7 @@ class Q10InPlace(WriteCode):
         import torch.nn.functional as F
 
         try:
-            forward = _learner_callable(fn)
+            forward = define_learner(fn)
         except LearnerCodeError as exc:
             return _failed(self.qid, f"Your function failed: {exc.summary}")
         ns = clinic()
@@ -997,7 +988,7 @@ class Q11Gate(WriteCode):
         import torch.nn.functional as F
 
         try:
-            forward = _learner_callable(fn)
+            forward = define_learner(fn)
         except LearnerCodeError as exc:
             return _failed(self.qid, f"Your function failed: {exc.summary}")
         ns = clinic()
