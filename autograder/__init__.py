@@ -20,7 +20,8 @@ from a torch the learner's kernel cannot patch; answers travel to it as data
 
 from __future__ import annotations
 
-from autograder.client import OracleUnavailable, ask, oracle
+from autograder import client as _client
+from autograder.client import OracleUnavailable, ask
 from autograder.encoding import AnswerEncodingError
 
 __all__ = [
@@ -129,7 +130,9 @@ def verify(lesson: str, qid: str, answer, part: str | None = None, variant: str 
 def warm_up(*lessons: str) -> None:
     """Start the oracle in the background (the notebook's setup cell calls this)."""
     try:
-        oracle().start(preload=list(lessons))
+        # through the module: importing the submodule autograder.oracle (the grading
+        # worker preloads it) rebinds the package attribute ``oracle`` to that module
+        _client.oracle().start(preload=list(lessons))
     except OSError:
         pass  # reported by the first check instead
 

@@ -98,3 +98,31 @@ def isolated_evaluate(request: dict, timeout: float = 60) -> dict:
     from autograder import client
 
     return client.oracle().ask(dict(request, op="evaluate"), timeout=timeout)
+
+
+_KERNEL_FILE = re.compile(r"(?:/[\w.-]+)+/ipykernel_\d+/")  # a cell's file: TMPDIR/ipykernel_PID/
+_ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
+
+
+def executed_outputs(path: Path) -> list[tuple]:
+    """What a graded notebook shows, cell by cell: execution counts and outputs, with what
+    differs between any two kernels (their temporary folder and PID, object addresses,
+    the timing metadata, how a stream was cut into messages) taken out."""
+    out = []
+    for index, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        outputs: list[dict] = []
+        for o in cell.get("outputs", []):
+            last = outputs[-1] if outputs else {}
+            if o["output_type"] == "stream" and last.get("output_type") == "stream" \
+                    and last["name"] == o["name"]:
+                last["text"] += o["text"]  # as a front end shows them: one text
+            else:
+                outputs.append(dict(o))
+        for o in outputs:
+            for key in ("text", "traceback", "evalue"):  # (not images: base64 has "/" too)
+                if key in o:
+                    o[key] = _ADDRESS.sub("0x…", _KERNEL_FILE.sub("…/ipykernel/", repr(o[key])))
+        out.append((index, cell.get("execution_count"), repr(outputs)))
+    return out

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from helpers import answer_ids, assignments, make_course, submission, submit
+from helpers import (
+    answer_ids,
+    assignments,
+    executed_outputs,
+    make_course,
+    notebook_path,
+    submission,
+    submit,
+)
 
 from autograder.pipeline import nbgrader, read_scores
 
@@ -140,7 +148,9 @@ def test_torch_warnings_do_not_zero_a_correct_answer(tmp_path):
 
 def test_autograder_grade_gives_stock_scores(graded):
     """``autograder grade`` (parallel, sandboxed) re-grades the same submissions: identical
-    per-cell scores in the gradebook. (Last in this file: it rewrites autograded/.)"""
+    per-cell scores in the gradebook, and every cell of every autograded notebook shows
+    what it showed under stock nbgrader (outputs, tracebacks, execution counts).
+    (Last in this file: it rewrites autograded/.)"""
     import subprocess
     import sys
 
@@ -148,6 +158,8 @@ def test_autograder_grade_gives_stock_scores(graded):
     from autograder.pipeline import nbgrader_env
 
     assignment, course, stock, _ = graded
+    name = notebook_path(assignment).name
+    shown = {s: executed_outputs(course / "autograded" / s / assignment / name) for s in stock}
     sandbox = [] if sandbox_problem() is None else ["--no-sandbox"]
     proc = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--workers", "2",
@@ -157,3 +169,7 @@ def test_autograder_grade_gives_stock_scores(graded):
     ours = read_scores(course, assignment)
     assert {s: (v.score, v.per_cell) for s, v in ours.items()} == \
         {s: (v.score, v.per_cell) for s, v in stock.items()}
+    for student, cells in shown.items():
+        again = executed_outputs(course / "autograded" / student / assignment / name)
+        differ = [(a, b) for a, b in zip(cells, again, strict=True) if a != b]
+        assert not differ, f"{student}: {differ[0][0]}\n!=\n{differ[0][1]}"
