@@ -16,6 +16,7 @@ seen by the next check, and a hanging one costs only its timeout.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -160,6 +161,7 @@ def serve() -> None:
                 except Exception:  # reported when a question of it is checked
                     pass
             reply = {"id": rid, "pong": True, "torch": torch.__version__}
+            gc.freeze()  # a forked check never scans (and so never copies) what is loaded
         else:
             timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
             verdict = evaluate_in_child(request, timeout) if can_fork else evaluate(request)

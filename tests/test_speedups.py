@@ -1,0 +1,66 @@
+"""The grading kernels' speed-ups (:mod:`autograder.grading.speedups`) change no output.
+
+Run in a fresh interpreter: the patches are process-wide. The same cells are run by an
+IPython shell before and after :func:`install`, and every traceback must be identical;
+``inspect.getmodule`` must give the standard answers, including after a new import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(r'''
+    import inspect, json, sys, types
+    from IPython.core.interactiveshell import InteractiveShell
+
+    applied = []
+    if sys.argv[1] == "patched":
+        from autograder.grading import speedups
+        applied = speedups.install()
+    shell = InteractiveShell.instance()
+    CELLS = [
+        "undefined_name",
+        "raise NotImplementedError",
+        "def f(x):\n    assert x > 1, 'x is too small'\nf(0)",
+        "import torch\ntorch.zeros(2, require_grad=True)",
+        "def g():\n    raise ValueError('inner')\ntry:\n    g()\nexcept ValueError as e:\n"
+        "    raise KeyError('outer') from e",
+    ]
+    shown, stored = [], []
+    for cell in CELLS:
+        result = shell.run_cell(cell, store_history=True)
+        exc = result.error_in_exec
+        shown.append(shell.InteractiveTB.structured_traceback(type(exc), exc,
+                                                              exc.__traceback__))
+        stored.append(shell.history_manager.exceptions[shell.execution_count - 1])
+    frame = sys._getframe()
+    answers = [inspect.getmodule(frame), inspect.getmodule(frame.f_code),
+               inspect.getmodule(frame), inspect.getmodule(json.dumps)]
+    mod = types.ModuleType("late_module")  # a module for that file appears later
+    mod.__file__ = frame.f_code.co_filename
+    sys.modules["late_module"] = mod
+    answers.append(inspect.getmodule(frame))
+    print(json.dumps({"applied": applied, "shown": shown, "stored": stored,
+                      "getmodule": [getattr(m, "__name__", None) for m in answers]}))
+''')
+
+
+def run(mode: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_speedups_change_no_traceback_and_no_getmodule_answer():
+    plain, patched = run("plain"), run("patched")
+    assert patched["applied"] == ["traceback formatted once",
+                                  "inspect.getmodule misses remembered"]
+    assert len(plain["shown"]) == 5 and all(plain["shown"])
+    assert patched["shown"] == plain["shown"]
+    assert patched["stored"] == plain["stored"]
+    assert plain["getmodule"] == [None, None, None, "json", "late_module"]
+    assert patched["getmodule"] == plain["getmodule"]
