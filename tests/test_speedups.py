@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(r'''
     import inspect, json, sys, types
     from IPython.core.interactiveshell import InteractiveShell
@@ -64,3 +66,29 @@ def test_speedups_change_no_traceback_and_no_getmodule_answer():
     assert patched["stored"] == plain["stored"]
     assert plain["getmodule"] == [None, None, None, "json", "late_module"]
     assert patched["getmodule"] == plain["getmodule"]
+
+
+def test_driver_metadata_validation_gives_jsonschemas_answers():
+    """The driver's schema-checked-once validation raises what ``jsonschema.validate`` does."""
+    import jsonschema
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    from autograder.grading.engine import _SchemaCheckedOnce
+
+    schema = MetadataValidator().schema
+    once = _SchemaCheckedOnce(jsonschema)
+    good = {"grade": True, "solution": False, "locked": True, "schema_version": 3,
+            "grade_id": "q1", "points": 2}
+    cases = [good, {**good, "grade": "yes"}, {**good, "points": "two"},
+             {k: v for k, v in good.items() if k != "schema_version"}]
+    for meta in cases:
+        errors = []
+        for validate in (jsonschema.validate, once.validate):
+            try:
+                validate(meta, schema)
+                errors.append(None)
+            except jsonschema.ValidationError as exc:
+                errors.append(str(exc))
+        assert errors[0] == errors[1], meta
+    with pytest.raises(jsonschema.ValidationError, match="boolean"):
+        once.validate(cases[1], schema)

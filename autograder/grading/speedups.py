@@ -19,8 +19,9 @@ no module -- as every notebook cell's file does.
   function would then return ``None`` anyway.
 
 Both return what the unpatched functions return, so the executed notebook, its outputs,
-tracebacks and scores are unchanged (``tests/test_grade_cli.py`` compares every output of
-a notebook full of errors with stock nbgrader's). Where the libraries do not look as
+tracebacks and scores are unchanged (``tests/test_speedups.py`` compares them with
+unpatched IPython; ``tests/test_grading_pipeline.py`` compares every output of graded
+notebooks with stock nbgrader's). Where the libraries do not look as
 expected (another IPython or Python version), the patch is skipped and only speed is lost.
 """
 
