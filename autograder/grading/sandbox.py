@@ -40,6 +40,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
@@ -355,6 +356,55 @@ class WorkerProvisioner(LocalProvisioner):
         return None
 
 
+class WorkerKernelClient(AsyncKernelClient):
+    """jupyter_client's kernel client, without the fixed waits of its ``wait_for_ready``.
+
+    jupyter_client's version takes the ``kernel_info`` reply, then waits up to 0.2 s for
+    any IOPub message (to see IOPub connected), then waits until IOPub has been silent
+    for 0.2 s: at least 0.2 s per kernel, often 0.4 s. Here the proof that IOPub is
+    connected is the IOPub ``idle`` status of that same ``kernel_info`` request, after
+    which everything it caused has arrived (one socket keeps its order), and only what
+    is already queued is discarded. Same retries, same errors. nbclient then ignores
+    every IOPub message that does not answer the cell it runs, so what it records is
+    the same.
+    """
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:  # type: ignore[override]
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        while True:
+            msg_id = self.kernel_info()
+            try:
+                reply = await self._async_recv_reply(msg_id, timeout=1)
+            except TimeoutError:
+                reply = None
+            if reply is not None and await self._iopub_idle_after(msg_id, 0.2):
+                self._handle_kernel_info_reply(reply)
+                break
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
+        while True:  # flush what has already arrived on IOPub
+            try:
+                await self.iopub_channel.get_msg(timeout=0)
+            except queue.Empty:
+                return
+
+    async def _iopub_idle_after(self, msg_id: str, wait: float) -> bool:
+        end = time.monotonic() + wait
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                msg = await self.iopub_channel.get_msg(timeout=left)
+            except queue.Empty:
+                return False
+            if (msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id
+                    and msg["content"].get("execution_state") == "idle"):
+                return True
+
+
 class WorkerKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose kernels live in a worker, reached over ipc sockets.
 
@@ -372,8 +422,14 @@ class WorkerKernelManager(AsyncKernelManager):
         worker = type(self).worker
         assert worker is not None, "use WorkerKernelManager.for_worker(worker)"
         kwargs.setdefault("kernel_name", "python3")
+        kwargs.setdefault("client_class", f"{__name__}.WorkerKernelClient")
         super().__init__(transport="ipc", ip=str(worker.sockets / "k"), **kwargs)
         self.connection_file = str(worker.dir.parent / f"conn-{worker.index}-{uuid.uuid4()}.json")
+
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        # jupyter_client polls a killed kernel every 0.1 s; the worker reports its end
+        # within milliseconds
+        await super()._async_wait(pollinterval=min(pollinterval, 0.005))
 
     async def _async_pre_start_kernel(self, **kw):
         self.kernel_id = self.kernel_id or str(uuid.uuid4())
