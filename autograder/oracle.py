@@ -71,6 +71,11 @@ def _devnull_std_fds() -> None:
 
 def evaluate_in_child(request: dict, timeout: float) -> dict:
     """Fork, evaluate in the child, and return its verdict; survive whatever the child does."""
+    return _evaluate_forked(request, timeout)[0]
+
+
+def _evaluate_forked(request: dict, timeout: float) -> tuple[dict, bool]:
+    """The verdict, and whether the child gave it (rather than timing out or crashing)."""
     from autograder.questions import Verdict
 
     qid = request.get("question", "?")
@@ -115,10 +120,10 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
         return Verdict.problem(
             qid, f"Checking took longer than {timeout:g} s and was stopped: does your code loop forever?",
             answered=True,
-        ).to_json()
+        ).to_json(), False
     if chunks:
         try:
-            return json.loads(b"".join(chunks))
+            return json.loads(b"".join(chunks)), True
         except ValueError:
             pass
     if os.WIFSIGNALED(status):
@@ -129,7 +134,7 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
         qid, f"The checker process running your code {how} before giving a result "
         "(does your code call exit() or crash the interpreter?).",
         answered=True,
-    ).to_json()
+    ).to_json(), False
 
 
 def serve() -> None:
@@ -164,8 +169,9 @@ def serve() -> None:
             gc.freeze()  # a forked check never scans (and so never copies) what is loaded
         else:
             timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
-            verdict = evaluate_in_child(request, timeout) if can_fork else evaluate(request)
-            reply = {"id": rid, "verdict": verdict}
+            verdict, settled = (_evaluate_forked(request, timeout) if can_fork
+                                else (evaluate(request), True))
+            reply = {"id": rid, "verdict": verdict, "settled": settled}
         proto.write(json.dumps(reply) + "\n")
 
 

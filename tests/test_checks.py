@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import math
+import time
 
 import pytest
 import torch
@@ -242,6 +243,7 @@ def test_a_hanging_answer_times_out_and_the_oracle_keeps_working():
     verdict = oracle.ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
                           "answer": _fn(src)}, timeout=2)
     assert verdict["score"] == 0 and "longer than 2 s" in verdict["findings"][0]["text"]
+    oracle.forget()
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
 
 
@@ -250,6 +252,7 @@ def test_an_answer_that_kills_its_process_gets_a_clear_verdict():
     verdict = client.oracle().ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
                                    "answer": _fn(src)})
     assert "exited with code 3" in verdict["findings"][0]["text"]
+    client.oracle().forget()
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
 
 
@@ -258,7 +261,27 @@ def test_the_oracle_restarts_after_dying():
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
     oracle._proc.kill()
     oracle._proc.wait()
+    oracle.forget()
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
+    assert oracle._alive()
+
+
+def test_a_repeated_check_is_answered_from_memory_but_a_timeout_is_not():
+    oracle = client.oracle()
+    oracle.forget()
+    first = client.ask("01_leaves", "q6", [1.0, 1.0])
+    oracle._proc.kill()
+    oracle._proc.wait()
+    assert client.ask("01_leaves", "q6", [1.0, 1.0]) == first  # same request: from memory
+    assert not oracle._alive()
+    assert client.ask("01_leaves", "q6", [0.5, 0.5])["score"] == 0  # a new one: asked
+    assert oracle._alive()
+    hang = {"op": "evaluate", "lesson": "01_leaves", "question": "q11",
+            "answer": _fn("def weigh_parcels():\n    while True:\n        pass\n")}
+    t0 = time.monotonic()
+    for _ in range(2):
+        assert "longer than 1 s" in oracle.ask(hang, timeout=1)["findings"][0]["text"]
+    assert time.monotonic() - t0 >= 2  # evaluated twice: a timeout is not remembered
 
 
 def test_feedback_renders_as_text_and_html():
