@@ -60,8 +60,10 @@ def run(mode: str) -> dict:
 def test_speedups_change_no_traceback_and_no_getmodule_answer():
     plain, patched = run("plain"), run("patched")
     assert patched["applied"] == ["traceback formatted once",
-                                  "inspect.getmodule misses remembered"]
+                                  "inspect.getmodule misses remembered",
+                                  "one lexer class for highlighted frames"]
     assert len(plain["shown"]) == 5 and all(plain["shown"])
+    assert all(any("\x1b[" in line for line in tb) for tb in plain["shown"])  # highlighted
     assert patched["shown"] == plain["shown"]
     assert patched["stored"] == plain["stored"]
     assert plain["getmodule"] == [None, None, None, "json", "late_module"]

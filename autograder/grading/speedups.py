@@ -9,16 +9,18 @@ calls :func:`inspect.getmodule` for every frame, which rescans all of ``sys.modu
 (over two thousand modules once torch is imported) whenever the frame's file belongs to
 no module -- as every notebook cell's file does.
 
-:func:`install` patches exactly these two spots, in the worker before it forks kernels:
+:func:`install` patches exactly these spots, in the worker before it forks kernels:
 
 * the second formatting of the same exception, with the same traceback object, offset,
   context, mode and colours, right after the first, returns a copy of the first result
   (``AutoFormattedTB.structured_traceback``; the attribute it sets is set as well);
 * ``inspect.getmodule`` remembers that a file belongs to no module until ``sys.modules``
   changes size, for objects (frames, code objects, tracebacks) for which the standard
-  function would then return ``None`` anyway.
+  function would then return ``None`` anyway;
+* stack_data's highlighting of each frame's code uses one lexer class, made (and its
+  grammar compiled) once in the worker, instead of defining a new class per frame.
 
-Both return what the unpatched functions return, so the executed notebook, its outputs,
+All return what the unpatched functions return, so the executed notebook, its outputs,
 tracebacks and scores are unchanged (``tests/test_speedups.py`` compares them with
 unpatched IPython; ``tests/test_grading_pipeline.py`` compares every output of graded
 notebooks with stock nbgrader's). Where the libraries do not look as
@@ -94,6 +96,54 @@ def _fast_getmodule() -> bool:
     return True
 
 
+def _one_lexer_class() -> bool:
+    """stack_data highlights each frame's code with a lexer class it defines anew per call,
+    so pygments compiles the whole Python grammar again for every frame shown. The same
+    class, defined once, gives the same tokens."""
+    try:
+        from stack_data import core, utils
+    except ImportError:
+        return False
+    real = getattr(utils, "_pygmented_with_ranges", None)
+    if real is None or getattr(core, "_pygmented_with_ranges", None) is not real:
+        return getattr(real, "_autograder_once", False)
+
+    @functools.cache
+    def lexer_class():
+        from pygments.lexers import get_lexer_by_name
+
+        class MyLexer(type(get_lexer_by_name("python3"))):
+            def __init__(self, ranges, **options):
+                super().__init__(**options)
+                self.ranges = ranges
+
+            def get_tokens(self, text):
+                length = 0
+                for ttype, value in super().get_tokens(text):
+                    if any(start <= length < end for start, end in self.ranges):
+                        ttype = ttype.ExecutingNode
+                    length += len(value)
+                    yield ttype, value
+
+        return MyLexer
+
+    @functools.wraps(real)
+    def _pygmented_with_ranges(formatter, code, ranges):
+        import pygments
+
+        lexer = lexer_class()(ranges, stripnl=False)
+        try:
+            highlighted = pygments.highlight(code, lexer, formatter)
+        except Exception:
+            highlighted = code  # as stack_data: code without highlighting, not a crash
+        return highlighted.splitlines()
+
+    _pygmented_with_ranges._autograder_once = True
+    utils._pygmented_with_ranges = core._pygmented_with_ranges = _pygmented_with_ranges
+    lexer_class()((), stripnl=False)  # compile the grammar now, in the worker, not per kernel
+    return True
+
+
 def install() -> list[str]:
     """Apply the speed-ups that fit the installed libraries; return their names."""
     applied = []
@@ -101,4 +151,6 @@ def install() -> list[str]:
         applied.append("traceback formatted once")
     if _fast_getmodule():
         applied.append("inspect.getmodule misses remembered")
+    if _one_lexer_class():
+        applied.append("one lexer class for highlighted frames")
     return applied
