@@ -94,3 +94,33 @@ def test_driver_metadata_validation_gives_jsonschemas_answers():
         assert errors[0] == errors[1], meta
     with pytest.raises(jsonschema.ValidationError, match="boolean"):
         once.validate(cases[1], schema)
+
+
+def test_driver_gradebooks_share_one_engine_and_see_each_others_writes(tmp_path):
+    """The driver's one-engine-per-database ``create_engine``: a gradebook opened after
+    another was closed uses the same engine, and reads what the first one wrote."""
+    from nbgrader import api
+    from sqlalchemy import create_engine
+
+    from autograder.grading.engine import _OneEnginePerDatabase
+
+    make = _OneEnginePerDatabase(create_engine)
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    assert make(url, echo=False) is make(url, echo=False)
+    assert make(url, echo=True) is not make(url, echo=False)
+    real = api.create_engine
+    api.create_engine = make
+    try:
+        with api.Gradebook(url) as gb:
+            gb.add_student("alice", first_name="Alice")
+            first = gb.engine
+        with api.Gradebook(url) as gb:
+            assert gb.engine is first
+            assert gb.find_student("alice").first_name == "Alice"
+            gb.update_or_create_student("alice", first_name="Alicia")
+        with api.Gradebook(url) as gb:
+            assert gb.find_student("alice").first_name == "Alicia"
+    finally:
+        api.create_engine = real
+    with api.Gradebook(url) as gb:  # and a stock gradebook reads the same database
+        assert gb.find_student("alice").first_name == "Alicia"

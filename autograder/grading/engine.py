@@ -103,6 +103,42 @@ def _check_metadata_schema_once() -> None:
         common.jsonschema = _SchemaCheckedOnce(common.jsonschema)
 
 
+class _OneEnginePerDatabase:
+    """Stands for SQLAlchemy's ``create_engine`` inside ``nbgrader.api``.
+
+    nbgrader opens a new ``Gradebook``, and so a new SQLAlchemy engine, for every step of
+    every notebook (about a dozen per submission), and SQLAlchemy keeps its compiled-SQL
+    cache and its dialect set-up per engine: every query was compiled again each time.
+    The driver grades the whole class in one process, so it keeps one engine per database
+    URL instead. ``Gradebook.close()`` still disposes of the engine's connections (it opens
+    new ones when next used); the statements sent to the database are the same.
+    """
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self._engines: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, url, *args, **kwargs):
+        try:
+            key = (str(url), args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:
+            return self._real(url, *args, **kwargs)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = self._engines[key] = self._real(url, *args, **kwargs)
+            return engine
+
+
+def _reuse_gradebook_engines() -> None:
+    from nbgrader import api
+
+    if not isinstance(api.create_engine, _OneEnginePerDatabase):
+        api.create_engine = _OneEnginePerDatabase(api.create_engine)
+
+
 # ----------------------------------------------------------------------------- repairs
 class DropEmptyNbgraderMetadata(NbGraderPreprocessor):
     """Remove the empty ``nbgrader`` metadata ``DeduplicateIds`` leaves on duplicate cells."""
@@ -330,6 +366,7 @@ class ParallelAutograde(Autograde):
         self._replay = None
         self._add_missing = True
         _check_metadata_schema_once()
+        _reuse_gradebook_engines()
         c = Config()
         c.OverwriteCells.add_missing_cells = True
         self.update_config(c)
