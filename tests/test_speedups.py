@@ -22,6 +22,10 @@ SCRIPT = textwrap.dedent(r'''
     if sys.argv[1] == "patched":
         from autograder.grading import speedups
         applied = speedups.install()
+        assert speedups.install() == applied  # a second install changes nothing
+        import stack_data.core
+        assert not hasattr(stack_data.core._pygmented_with_ranges.__wrapped__,
+                           "_autograder_once")  # not wrapped twice
     shell = InteractiveShell.instance()
     CELLS = [
         "undefined_name",

@@ -105,8 +105,10 @@ def _one_lexer_class() -> bool:
     except ImportError:
         return False
     real = getattr(utils, "_pygmented_with_ranges", None)
+    if getattr(real, "_autograder_once", False):
+        return True
     if real is None or getattr(core, "_pygmented_with_ranges", None) is not real:
-        return getattr(real, "_autograder_once", False)
+        return False
 
     @functools.cache
     def lexer_class():
