@@ -100,13 +100,16 @@ def test_driver_metadata_validation_gives_jsonschemas_answers():
         once.validate(cases[1], schema)
 
 
-def test_driver_gradebooks_share_one_engine_and_see_each_others_writes(tmp_path):
+def test_driver_gradebooks_share_one_engine_and_see_each_others_writes(tmp_path, monkeypatch):
     """The driver's one-engine-per-database ``create_engine``: a gradebook opened after
     another was closed uses the same engine, and reads what the first one wrote."""
     from nbgrader import api
     from sqlalchemy import create_engine
 
     from autograder.grading.engine import _OneEnginePerDatabase
+    from autograder.pipeline import nbgrader_env
+
+    monkeypatch.setenv("PATH", nbgrader_env()["PATH"])  # a new gradebook runs `alembic`
 
     make = _OneEnginePerDatabase(create_engine)
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
