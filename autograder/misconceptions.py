@@ -230,9 +230,11 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "inplace_grad_none": Misconception(
         "thinks a troublesome in-place op silently leaves .grad None",
-        "autograd never silently drops a gradient because of an in-place op: either nothing "
-        "saved was overwritten and the gradient is right, or backward raises RuntimeError "
-        "('modified by an inplace operation').",
+        "autograd never silently drops a gradient because of an in-place op: an edit it sees "
+        "either overwrote nothing saved (the gradient is right) or makes backward raise "
+        "RuntimeError ('modified by an inplace operation'). Only edits it cannot see (.data, "
+        "a NumPy view) or no_grad() edits of unsaved values pass silently, and even they "
+        "leave a gradient, not None.",
         "06_inplace",
     ),
     "inplace_never_checked": Misconception(
@@ -262,9 +264,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "data_is_safe": Misconception(
         "thinks .data is a safe way to edit a tensor",
-        "an edit through .data does not bump the version counter, so autograd cannot notice "
-        "that a saved value changed and returns silently wrong gradients; edit under "
-        "torch.no_grad() instead.",
+        "an edit through .data (like a write through t.detach().numpy()) does not bump the "
+        "version counter, so autograd cannot notice that a saved value changed and returns "
+        "silently wrong gradients; edit under torch.no_grad() instead.",
         "06_inplace",
     ),
     "no_grad_edit_unchecked": Misconception(
@@ -275,8 +277,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "index_assign_untracked": Misconception(
         "thinks indexed assignment is not tracked by autograd",
-        "t[i] = v on a tensor in the graph is an in-place copy recorded as a CopySlices node; "
-        "the overwritten entries get zero gradient.",
+        "t[i] = v on a tensor in the graph is an in-place copy recorded as a CopySlices node "
+        "(t[mask] = v and t[[i, j]] = v as IndexPutBackward0); the overwritten entries get "
+        "zero gradient.",
         "06_inplace",
     ),
     "leaf_inplace_ok": Misconception(
