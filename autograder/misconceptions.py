@@ -33,8 +33,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "output_can_be_leaf": Misconception(
         "thinks a computed result can be a leaf while its inputs require grad",
-        "anything computed from a tensor that requires grad records a grad_fn and is a non-leaf "
-        "(a transit station, a semi-finished dish).",
+        "a differentiable operation (arithmetic, sum, sigmoid, ...) on a tensor that requires "
+        "grad records a grad_fn, so its result is a non-leaf (a transit station, a semi-finished "
+        "dish); only comparisons, argmax, integer casts and detach() give leaves.",
         "01_leaves",
     ),
     "no_grad_inputs_make_nonleaf": Misconception(
