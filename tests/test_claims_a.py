@@ -7,10 +7,10 @@ behaviours, the test fails here, instead of the notebook's text going stale.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
+import course
 
 # --- lesson 01: where the four rules stop -------------------------------------------------
 
@@ -56,3 +56,32 @@ def test_l01_differentiable_output_is_never_a_leaf():
     w2 = torch.randn(5, requires_grad=True)
     route = ((torch.randn(5) * w1 + w2) ** 2).sum()
     assert not route.is_leaf and route.grad_fn is not None
+
+
+# --- lesson 02: finite differences, None versus zero for an optimizer ---------------------
+
+
+def test_l02_finite_difference_rounding_is_about_1e_12():
+    """Lesson 02, cell 9: on the quadratic report, float64 central differences match the
+    by-hand gradient up to rounding of a few 1e-12 (the text no longer says 1e-9)."""
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    parcel = torch.tensor([0.5, -1.0, 2.0])
+    by_hand = 2 * parcel.double() ** 2 * w.detach().double()
+    fd = course.finite_difference(lambda v: ((parcel * v) ** 2).sum(), w)
+    assert (fd - by_hand).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("set_to_none, moves", [(True, False), (False, True)])
+def test_l02_adam_skips_none_but_moves_a_zero_grad(set_to_none, moves):
+    """Lesson 02, "A cleared desk is not a report that says zero": after one Adam step,
+    zero_grad() (None) makes the next step skip the parameter; zero_grad(set_to_none=False)
+    (zeros) lets Adam's momentum move it."""
+    centre = torch.tensor([1.0, -1.0], requires_grad=True)
+    adam = torch.optim.Adam([centre], lr=0.1)
+    (centre * centre).sum().backward()
+    adam.step()
+    adam.zero_grad(set_to_none=set_to_none)
+    assert (centre.grad is None) == set_to_none
+    before = centre.detach().clone()
+    adam.step()
+    assert (not torch.equal(before, centre)) == moves
