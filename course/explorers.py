@@ -1,0 +1,1049 @@
+"""One explorer per lesson 02-07: a small live experiment whose controls re-run torch.
+
+Each explorer changes one thing the lesson teaches and shows what torch then does,
+in the analogy of the chosen theme (``course.themes``):
+
+=====================  ===========  =====================================================
+explorer               lesson       what the controls change
+=====================  ===========  =====================================================
+``RetainExplorer``     02           ``retain_grad()`` before or after ``backward()``; how
+                                    many audits (``.grad`` accumulates)
+``SkipPathExplorer``   03           ``identity.detach()`` on the skip path of a residual
+                                    stack; how many blocks (the input gradient's norm)
+``HookExplorer``       04           a hook on a parameter: on or off, looking, scaling or
+                                    clipping; how many passes; ``handle.remove()``
+``NoGradExplorer``     05           where ``with torch.no_grad():`` starts and ends in a
+                                    training step, and what each line then records
+``InplaceExplorer``    06           an in-place edit before or after the multiplication
+                                    that saves its input: version counter and error
+``DoctorExplorer``     07           ``course.doctor.diagnose`` on a model whose bug you
+                                    switch on and off (detach, no_grad, dead ReLU, sigmoid)
+=====================  ===========  =====================================================
+
+Every change re-runs the experiment with real torch. The graph explorers draw the live
+autograd graph with ``course.draw.render_png`` (the PNG redraw of ``course.widgets``);
+the two whose point is a number per layer (03, 07) draw a log-scale chart as SVG (crisp at
+any zoom, a few milliseconds to make). Python drives an explorer as a learner does:
+``ex.set(monitor="after")`` or ``ex.controls["monitor"].value = "after"``; ``ex.numbers``
+holds what it shows, ``ex.status()`` the sentences.
+
+Each one has a static twin, like ``GraphExplorer``: under nbgrader autograding
+(``NBGRADER_EXECUTION``) or without ipywidgets, displaying it shows the picture, the
+numbers and the code that ran as plain outputs, and ``static_figure()`` returns a
+matplotlib figure of the picture.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import math
+import warnings
+
+from course import themes
+from course.widgets import _png_widget_output, _Twin, static_mode
+
+__all__ = ["RetainExplorer", "SkipPathExplorer", "HookExplorer", "NoGradExplorer",
+           "InplaceExplorer", "DoctorExplorer", "EXPLORERS", "svg_chart"]
+
+# Words for what a lesson does to the graph, per theme (COURSE.md's table); the kinds of
+# tensor and the marks come from course.themes.
+WORDS: dict[str, dict[str, str]] = {
+    "technical": {
+        "audit": "backward()", "audits": "backward() calls", "monitor": "retain_grad()",
+        "probe": "hook", "detach": "detach()", "no_grad": "no_grad()",
+        "edit": "in-place edit", "version": "version counter", "saved": "a saved tensor",
+        "off": "not recorded",
+    },
+    "logistics": {
+        "audit": "audit (backward)", "audits": "audits (backward calls)",
+        "monitor": "temporary monitor (retain_grad)", "probe": "inspection probe (hook)",
+        "detach": "relabelled with a new waybill (detach)",
+        "no_grad": "monitoring switched off (no_grad)", "edit": "repacking (in-place edit)",
+        "version": "seal count (version counter)",
+        "saved": "the audit's photograph",
+        "off": "not recorded: monitoring off",
+    },
+    "kitchen": {
+        "audit": "tracing back (backward)", "audits": "tracings (backward calls)",
+        "monitor": "cold-chain warehouse (retain_grad)", "probe": "tasting spoon (hook)",
+        "detach": "vacuum-packed (detach)", "no_grad": "recipe notebook closed (no_grad)",
+        "edit": "changing the sauce (in-place edit)",
+        "version": "batch number (version counter)",
+        "saved": "the taster's sample",
+        "off": "not recorded: notebook closed",
+    },
+}
+
+
+def word(theme: str, key: str) -> str:
+    """A word of :data:`WORDS`, or of the course glossary (``course.themes``)."""
+    words = WORDS[themes.check_theme(theme)]
+    return words[key] if key in words else themes.term(theme, key)
+
+
+def _vec(t, digits: int = 4) -> str:
+    """A tensor (or ``None``) as short text: ``[6, -12, 18]``, ``0.25``, ``None``."""
+    if t is None:
+        return "None"
+    values = [float(v) for v in t.detach().flatten().tolist()]
+    text = ", ".join(f"{v:.{digits}g}" for v in values)
+    return text if t.dim() == 0 else f"[{text}]"
+
+
+def _torch_error(exc: BaseException) -> str:
+    """The first line of a torch error, without the hint torch appends."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first.split(' Hint:')[0]}"
+
+
+# ---------------------------------------------------------------------------------------
+# The shared widget: controls, a picture, the numbers and the code that ran
+# ---------------------------------------------------------------------------------------
+
+class _Explorer(_Twin):
+    """Base of the lesson explorers: ``compute()`` re-runs torch, the widgets show it.
+
+    A subclass sets ``DEFAULTS`` (the state), ``CSS`` (the widget's class), implements
+    ``compute()`` (fills ``numbers``, ``lines``, ``code`` and either ``graph`` or ``svg``)
+    and ``_control_widgets()``.
+    """
+
+    CSS = "explorer"
+    TITLE = ""
+    DEFAULTS: dict = {}
+    _syncing = False
+
+    def __init__(self, theme: str = "logistics", dpi: int | None = None, **state):
+        unknown = set(state) - set(self.DEFAULTS)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no control {sorted(unknown)}; "
+                            f"its controls are {sorted(self.DEFAULTS)}")
+        self.theme = themes.check_theme(theme)
+        self.dpi = dpi
+        self.state = {**self.DEFAULTS, **state}
+        self._size: dict[str, tuple[float, float]] = {}  # theme -> picture size so far
+        self.widget = None
+        self.controls: dict = {}
+        self.graph = None      # a course.graph graph to draw, or None for a chart
+        self.svg = ""          # the chart, when there is no graph
+        self.png = b""
+        self.numbers: dict = {}
+        self.lines: list[str] = []
+        self.code: list[str] = []
+        self._recompute()
+        if not static_mode():
+            self._build_widgets()
+            self._show()
+
+    # -- the model ------------------------------------------------------------------
+    def set(self, **changes) -> _Explorer:
+        """Change controls (names as in ``DEFAULTS``, or ``theme=``), re-run torch, redraw."""
+        for key, value in changes.items():
+            if key == "theme":
+                self.theme = themes.check_theme(value)
+            elif key in self.DEFAULTS:
+                self.state[key] = value
+            else:
+                raise TypeError(f"{type(self).__name__} has no control {key!r}")
+        self._recompute()
+        self._sync_controls()
+        self._show()
+        return self
+
+    def compute(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _recompute(self) -> None:
+        self.graph, self.svg = None, ""
+        self.compute()
+        self.png = self._render_graph() if self.graph is not None else b""
+
+    def _render_graph(self) -> bytes:
+        """``render_png`` of the graph, at one size per explorer where ``course.draw`` can
+        (``figure_size``): the largest drawing needed so far, with room for every mark, so
+        the picture does not jump while the learner clicks."""
+        import inspect
+
+        from course import draw
+
+        kw = {} if self.dpi is None else {"dpi": self.dpi}
+        title = self.picture_title()
+        if hasattr(draw, "figure_size") and "size" in inspect.signature(draw.render_png).parameters:
+            w, h = draw.figure_size(self.graph, self.theme, title=title,
+                                    legend_extra=("gradient", "retained", "hooked"))
+            old_w, old_h = self._size.get(self.theme, (0.0, 0.0))
+            self._size[self.theme] = kw["size"] = (max(w, old_w), max(h, old_h))
+        return draw.render_png(self.graph, self.theme, title=title, **kw)
+
+    def picture_title(self) -> str:
+        return self.TITLE
+
+    def status(self) -> str:
+        """What the last run showed, in sentences."""
+        return "\n".join(self.lines)
+
+    # -- static twin ------------------------------------------------------------------
+    def static_figure(self, ax=None):
+        """The picture as a matplotlib figure (``draw_graph`` for a graph, else the chart)."""
+        if self.graph is not None:
+            from course.draw import draw_graph
+
+            return draw_graph(self.graph, theme=self.theme, ax=ax, title=self.picture_title())
+        return self._chart_figure(ax)
+
+    def _chart_figure(self, ax=None):  # pragma: no cover - overridden by the chart explorers
+        raise NotImplementedError
+
+    def static_png(self) -> bytes:
+        if self.png:
+            return self.png
+        import io
+
+        fig = self.static_figure()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+    def _numbers_html(self) -> str:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        return f'<ul class="xp-lines" style="margin:0.2em 0">{items}</ul>'
+
+    def _code_html(self) -> str:
+        return ('<pre class="xp-code" style="margin:0.2em 0;font-size:12px">'
+                f"{html.escape(chr(10).join(self.code))}</pre>")
+
+    def _picture_html(self) -> str:
+        data = base64.b64encode(self.svg.encode()).decode()
+        return f'<img class="xp-chart-img" src="data:image/svg+xml;base64,{data}"/>'
+
+    def _static_html(self) -> str:
+        return self._numbers_html() + self._code_html()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None and not static_mode():
+            display(self.widget)
+        elif self.graph is not None:
+            super()._ipython_display_()
+        else:
+            display(HTML(self._picture_html() + self._static_html()))
+
+    # -- the widgets ----------------------------------------------------------------
+    def _control_widgets(self) -> list:  # pragma: no cover - overridden
+        """Rows of control widgets; each control is also put in ``self.controls``."""
+        raise NotImplementedError
+
+    def _bind(self, key: str, widget):
+        """Register ``widget`` as the control of state ``key``: its changes re-run torch."""
+        widget.add_class(f"xp-{key.replace('_', '-')}")
+        widget.observe(lambda ch: None if self._syncing else self.set(**{key: ch["new"]}),
+                       "value")
+        self.controls[key] = widget
+        return widget
+
+    def _checkbox(self, key: str, description: str):
+        import ipywidgets as w
+
+        return self._bind(key, w.Checkbox(value=self.state[key], description=description,
+                                          indent=False, layout=w.Layout(width="auto")))
+
+    def _buttons(self, key: str, description: str, options: list[tuple[str, object]]):
+        import ipywidgets as w
+
+        return self._bind(key, w.ToggleButtons(
+            options=options, value=self.state[key], description=description,
+            style={"description_width": "initial", "button_width": "auto"}))
+
+    def _slider(self, key: str, description: str, lo: int, hi: int):
+        import ipywidgets as w
+
+        return self._bind(key, w.IntSlider(
+            value=self.state[key], min=lo, max=hi, description=description,
+            continuous_update=False, style={"description_width": "initial"},
+            layout=w.Layout(width="420px")))
+
+    def _build_widgets(self) -> None:
+        import ipywidgets as w
+
+        rows = [w.HBox(row, layout=w.Layout(flex_flow="row wrap", align_items="center"))
+                for row in self._control_widgets()]
+        theme = w.Dropdown(options=list(themes.THEMES), value=self.theme, description="theme",
+                           layout=w.Layout(width="200px"))
+        theme.add_class("xp-theme")
+        theme.observe(lambda ch: self.set(theme=ch["new"]), "value")
+        self.controls["theme"] = theme
+        self.figure_out = w.Output()
+        self.figure_out.add_class("xp-figure")
+        self.chart = w.HTML()
+        self.chart.add_class("xp-chart")
+        self.numbers_html = w.HTML()
+        self.numbers_html.add_class("xp-numbers")
+        self.code_html = w.HTML()
+        self.code_html.add_class("xp-code")
+        self.widget = w.VBox([
+            w.HTML(f"<b>{html.escape(self.TITLE)}</b>"), *rows, theme,
+            w.HBox([self.code_html, self.numbers_html],
+                   layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
+                                   grid_gap="1.5em")),
+            self.figure_out if self.graph is not None else self.chart,
+        ])
+        self.widget.add_class("explorer")
+        self.widget.add_class(self.CSS)
+
+    def _sync_controls(self) -> None:
+        """Python's ``set()`` moves the widgets too (a widget's own change is a no-op here)."""
+        self._syncing = True
+        try:
+            for key, widget in self.controls.items():
+                value = self.theme if key == "theme" else self.state.get(key)
+                if widget.value != value:
+                    widget.value = value
+        finally:
+            self._syncing = False
+
+    def _show(self) -> None:
+        if self.widget is None:
+            return
+        if self.graph is not None:
+            _png_widget_output(self.figure_out, self.png)
+        else:
+            self.chart.value = self._picture_html()
+        self.numbers_html.value = self._numbers_html()
+        self.code_html.value = self._code_html()
+
+
+def _refresh_grads(graph) -> None:
+    """Read each tensor node's ``.grad`` again (after ``backward()`` ran on a built graph)."""
+    from course.facts import quiet_grad
+
+    for d in graph.nodes.values():
+        if d["kind"] != "function":
+            g = quiet_grad(d["tensor"])
+            d["grad"] = None if g is None else g.detach().clone()
+
+
+# ---------------------------------------------------------------------------------------
+# 02: retain_grad() before or after backward(); .grad accumulating
+# ---------------------------------------------------------------------------------------
+
+class RetainExplorer(_Explorer):
+    """Lesson 02: a temporary monitor on a transit station, installed before or after the
+    audit, and ``.grad`` piling up over repeated audits of the same route.
+
+    The route is section 1's: ``station = parcel * w``, ``report = (station ** 2).sum()``,
+    audited ``audits`` times with ``retain_graph=True``. ``monitor``: ``"none"``,
+    ``"before"`` or ``"after"`` (``station.retain_grad()`` before the first audit or after
+    the last).
+    """
+
+    CSS = "retain-explorer"
+    TITLE = "report = (parcel * w) ** 2, summed: a monitor on the station"
+    DEFAULTS = {"monitor": "before", "audits": 1}
+
+    def compute(self) -> None:
+        import torch
+
+        from course.graph import build_graph
+
+        monitor, audits = self.state["monitor"], int(self.state["audits"])
+        w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        parcel = torch.tensor([0.5, -1.0, 2.0])
+        station = parcel * w
+        report = (station ** 2).sum()
+        code = ["w = torch.tensor([1., 2., 3.], requires_grad=True)",
+                "parcel = torch.tensor([0.5, -1., 2.])", "station = parcel * w",
+                "report = (station ** 2).sum()"]
+        if monitor == "before":
+            station.retain_grad()
+            code.append("station.retain_grad()")
+        for _ in range(audits):
+            report.backward(retain_graph=True)
+        code += ["report.backward(retain_graph=True)"] * audits
+        if monitor == "after":
+            station.retain_grad()
+            code.append("station.retain_grad()          # after the audit")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            station_grad = station.grad
+        env = {"w": w, "parcel": parcel, "station": station, "report": report}
+        self.graph = build_graph(report, namespace=env)
+        one = 2 * parcel ** 2 * w.detach()
+        self.numbers = {"w.grad": w.grad, "station.grad": station_grad,
+                        "station.retains_grad": station.retains_grad,
+                        "warned": bool(caught), "one audit": one}
+        self.code = code
+        t = self.theme
+        centre, transit = themes.term(t, "parameter"), themes.term(t, "intermediate")
+        grad = themes.term(t, "gradient")
+        lines = [f"backward() ran {audits} time(s) on the same route "
+                 f"({word(t, 'audits')})."]
+        if audits == 0:
+            lines.append(f"w ({centre}): .grad = None: no {word(t, 'audit')} has run yet.")
+        else:
+            lines.append(f"w ({centre}): {grad} {_vec(w.grad)} = {audits} x {_vec(one)}: "
+                         "each backward() adds its gradient into .grad.")
+        if monitor == "before" and audits:
+            lines.append(f"station ({transit}): .grad = {_vec(station_grad)} = {audits} x "
+                         f"{_vec(2 * station.detach())}: the {word(t, 'monitor')} kept it, "
+                         "and it accumulates too.")
+        elif monitor == "before":
+            lines.append(f"station ({transit}): .grad = None until the first backward().")
+        elif monitor == "after":
+            lines.append(f"station ({transit}): .grad = None, retains_grad = "
+                         f"{station.retains_grad}, and no warning: the {word(t, 'monitor')} "
+                         "came after the audit and kept nothing, silently.")
+        else:
+            lines.append(f"station ({transit}): .grad = None"
+                         + (" with a UserWarning: computed on the way to w, then discarded."
+                            if caught else "."))
+        self.lines = lines
+
+    def _control_widgets(self) -> list:
+        return [[self._buttons("monitor", "station.retain_grad():",
+                               [("not installed", "none"), ("before backward()", "before"),
+                                ("after backward()", "after")])],
+                [self._slider("audits", "backward() calls", 0, 3)]]
+
+
+# ---------------------------------------------------------------------------------------
+# 03: detach() on the skip path of a residual stack
+# ---------------------------------------------------------------------------------------
+
+_RESIDUAL: list = []  # [(layers, x0)], made once: lesson 03 section 9's stack
+
+
+def _residual_stack():
+    if not _RESIDUAL:
+        import torch
+        from torch import nn
+
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(0)
+        layers = [(nn.Linear(16, 16), nn.Linear(16, 16)) for _ in range(20)]
+        x0 = torch.randn(4, 16)
+        torch.random.set_rng_state(gen_state)  # the learner's random stream is untouched
+        _RESIDUAL.append((layers, x0))
+    return _RESIDUAL[0]
+
+
+def residual_input_grads(blocks: int, detach_identity: bool) -> list[float]:
+    """Gradient norm at the input of each of ``blocks`` residual blocks (lesson 03's stack).
+
+    ``h = conv2(relu(conv1(h))) + identity`` (or ``+ identity.detach()``), output summed;
+    entry 0 is the stack's input ``x``. Uses ``torch.autograd.grad``: no ``.grad`` written.
+    """
+    import torch
+
+    layers, x0 = _residual_stack()
+    h = x0.clone().requires_grad_(True)
+    inputs = []
+    for conv1, conv2 in layers[:blocks]:
+        inputs.append(h)
+        identity = h
+        h = conv2(conv1(h).relu())
+        h = h + (identity.detach() if detach_identity else identity)
+    grads = torch.autograd.grad(h.sum(), inputs, allow_unused=True)
+    return [0.0 if g is None else g.norm().item() for g in grads]
+
+
+class SkipPathExplorer(_Explorer):
+    """Lesson 03: ``x + identity.detach()`` on the skip path of a residual stack.
+
+    ``blocks``: 1-20 blocks of width 16 (section 9's stack); ``detach``: the bug switched
+    on. The chart shows the gradient norm at the input of every block, for the stack with
+    the skip path kept and with it detached; the one switched on is drawn bold.
+    """
+
+    CSS = "skip-explorer"
+    TITLE = "Residual stack: gradient norm at the input of each block"
+    DEFAULTS = {"blocks": 10, "detach": False}
+
+    def compute(self) -> None:
+        blocks, detach = int(self.state["blocks"]), bool(self.state["detach"])
+        kept = residual_input_grads(blocks, False)
+        cut = residual_input_grads(blocks, True)
+        t = self.theme
+        grad = themes.term(t, "gradient")
+        self.numbers = {"kept": kept, "detached": cut, "x.grad norm": cut[0] if detach
+                        else kept[0]}
+        shown = cut if detach else kept
+        orders = math.log10(kept[0] / cut[0]) if cut[0] > 0 else float("inf")
+        skip = "identity.detach()" if detach else "identity"
+        self.code = [f"for conv1, conv2 in layers[:{blocks}]:",
+                     "    identity = h", "    h = conv2(conv1(h).relu())",
+                     f"    h = h + {skip}", "h.sum().backward()   # then read x.grad.norm()"]
+        self.lines = [
+            f"{blocks} block(s); the skip path is "
+            + (word(t, "detach") if detach else "kept") + ".",
+            f"norm of x's {grad}: {shown[0]:.3g} (skip kept: {kept[0]:.3g}, "
+            f"identity.detach(): {cut[0]:.3g}).",
+            f"with the detach, x's gradient is {orders:.1f} orders of magnitude smaller"
+            if math.isfinite(orders) else "with the detach, no gradient reaches x at all",
+        ]
+        legend_cut = f"identity {word(t, 'detach')}" if t != "technical" \
+            else "x + identity.detach()"
+        self.svg = svg_chart(
+            [str(i) for i in range(1, blocks + 1)],
+            [("skip path kept", kept, "#2f9e44", not detach),
+             (legend_cut, cut, "#e03131", detach)],
+            title=f"{self.TITLE} ({blocks} blocks)",
+            xlabel="block (1 = the stack's input x)", ylabel="gradient norm")
+
+    def _chart_figure(self, ax=None):
+        return _matplotlib_chart(self, ax, [("skip path kept", self.numbers["kept"], "#2f9e44"),
+                                            ("identity.detach()", self.numbers["detached"],
+                                             "#e03131")], bars=False)
+
+    def _control_widgets(self) -> list:
+        return [[self._checkbox("detach", "detach the skip path: h + identity.detach()")],
+                [self._slider("blocks", "residual blocks", 1, 20)]]
+
+
+# ---------------------------------------------------------------------------------------
+# 04: a hook on a sorting centre, looking, scaling or clipping, and its handle
+# ---------------------------------------------------------------------------------------
+
+_HOOK_ACTIONS = {
+    "look": ("lambda g: seen.append(g.clone())", None),
+    "scale": ("lambda g: g * 0.1", 0.1),
+    "clip": ("lambda g: g.clamp(-1.0, 1.0)", "clip"),
+}
+
+
+class HookExplorer(_Explorer):
+    """Lesson 04: a hook on the sorting centre ``w``: on or off, looking, scaling or
+    clipping what passes, over several backward passes, with its handle removed or not.
+
+    Each pass builds ``station = w * w`` and runs ``(3 * station).sum().backward()``.
+    """
+
+    CSS = "hook-explorer"
+    TITLE = "loss = 3 * w * w, summed: a hook on w"
+    DEFAULTS = {"hook": True, "action": "clip", "passes": 2, "remove": False}
+
+    def compute(self) -> None:
+        import torch
+
+        from course.graph import build_graph
+
+        s = self.state
+        passes = int(s["passes"])
+        w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        seen: list = []
+
+        def probe(g):
+            seen.append(g.detach().clone())
+            if s["action"] == "scale":
+                return g * 0.1
+            if s["action"] == "clip":
+                return g.clamp(-1.0, 1.0)
+            return None
+
+        code = ["w = torch.tensor([1., -2., 3.], requires_grad=True)"]
+        handle = None
+        if s["hook"]:
+            handle = w.register_hook(probe)
+            body, note = {"look": ("lambda g: None", "only looks"),
+                          "scale": ("lambda g: g * 0.1", "scales what passes"),
+                          "clip": ("lambda g: g.clamp(-1, 1)", "clips what passes")}[s["action"]]
+            code.append(f"handle = w.register_hook({body})   # {note}")
+        station = loss = None
+        for k in range(passes):
+            station = w * w
+            loss = (3 * station).sum()
+            loss.backward()
+            code.append("(3 * (w * w)).sum().backward()")
+            if k == 0 and handle is not None and s["remove"]:
+                handle.remove()
+                code.append("handle.remove()")
+        self.graph = build_graph(loss, namespace={"w": w, "station": station, "loss": loss})
+        passing = 6 * w.detach()
+        t = self.theme
+        probe_word, grad = word(t, "probe"), themes.term(t, "gradient")
+        self.numbers = {"w.grad": w.grad, "calls": len(seen), "seen": seen,
+                        "passing": passing}
+        lines = [f"{passes} backward pass(es); each sends {_vec(passing)} to w "
+                 f"({themes.term(t, 'parameter')})."]
+        if not s["hook"]:
+            lines.append(f"no {probe_word}: w.grad = {_vec(w.grad)} = {passes} x "
+                         f"{_vec(passing)}.")
+        else:
+            what = {"look": "only looked", "scale": "replaced it by g * 0.1",
+                    "clip": "replaced it by g.clamp(-1, 1)"}[s["action"]]
+            lines.append(f"the {probe_word} ran {len(seen)} time(s) and {what}"
+                         + (": removed after the first pass, it saw nothing of the others."
+                            if s["remove"] and passes > 1 else "."))
+            lines.append(f"w.grad = {_vec(w.grad)}: what reached .grad, added up over the "
+                         f"passes ({grad}).")
+        self.lines = lines
+        self.code = code
+
+    def _control_widgets(self) -> list:
+        return [[self._checkbox("hook", "install the hook: w.register_hook(...)"),
+                 self._checkbox("remove", "handle.remove() after the first pass")],
+                [self._buttons("action", "the hook:",
+                               [("only looks", "look"), ("scales by 0.1", "scale"),
+                                ("clips to [-1, 1]", "clip")])],
+                [self._slider("passes", "backward passes", 1, 3)]]
+
+
+# ---------------------------------------------------------------------------------------
+# 05: where no_grad() starts and ends in a training step
+# ---------------------------------------------------------------------------------------
+
+STEP_LINES = (
+    "h = x * w1",
+    "a = h.tanh()",
+    "loss = (a * w2).sum()",
+    "loss.backward()",
+    "w1 -= 0.1 * w1.grad",
+    "w2 -= 0.1 * w2.grad",
+)
+
+
+class NoGradExplorer(_Explorer):
+    """Lesson 05: a six-line training step, with ``with torch.no_grad():`` around the lines
+    ``first..last`` (``cover``), or nowhere (``use=False``).
+
+    Each line runs in turn (with recording off inside the block); like a notebook cell, the
+    step stops at the first error. The picture is the graph of ``loss``.
+    """
+
+    CSS = "nograd-explorer"
+    TITLE = "a training step, with no_grad() around some lines"
+    DEFAULTS = {"use": True, "cover": (5, 6)}
+
+    def compute(self) -> None:
+        import torch
+
+        from course.graph import add_constant_input, build_graph
+
+        use = bool(self.state["use"])
+        first, last = (int(v) for v in self.state["cover"])
+        env = {"torch": torch,
+               "x": torch.tensor([1.0, 2.0]),
+               "w1": torch.tensor([0.5, -1.0], requires_grad=True),
+               "w2": torch.tensor([2.0, 1.0], requires_grad=True)}
+        start = {n: env[n].detach().clone() for n in ("w1", "w2")}
+        t = self.theme
+        recorded, error, code = {}, None, []
+        for k, line in enumerate(STEP_LINES, start=1):
+            inside = use and first <= k <= last
+            if use and k == first:
+                code.append("with torch.no_grad():")
+            code.append(("    " if inside else "") + line)
+            if error is not None:
+                continue
+            ctx = torch.no_grad() if inside else contextlib.nullcontext()
+            try:
+                with ctx:
+                    exec(line, {}, env)  # course-authored line
+            except (RuntimeError, TypeError) as exc:
+                error = (k, _torch_error(exc))
+                code[-1] = f"{code[-1]:26} # raised"
+                continue
+            name = line.split(" = ")[0] if " = " in line else None
+            if name in ("h", "a", "loss"):
+                fn = env[name].grad_fn
+                recorded[name] = None if fn is None else type(fn).__name__
+        tensors = {n: v for n, v in env.items() if isinstance(v, torch.Tensor)}
+        updated = {n: not torch.equal(start[n], env[n].detach()) for n in start}
+        lines = []
+        for name in ("h", "a", "loss"):
+            if name in recorded:
+                fn = recorded[name]
+                lines.append(f"{name}: " + (f"recorded (grad_fn {fn})" if fn else
+                                            f"{word(t, 'off')}, grad_fn None"))
+        grad = themes.term(t, "gradient")
+        for n in ("w1", "w2"):
+            g = tensors[n].grad
+            lines.append(f"{n} ({themes.term(t, 'parameter')}): {grad} {_vec(g)}, "
+                         + ("updated" if updated[n] else "not updated"))
+        if error:
+            lines.append(f"line {error[0]} raised {error[1]}")
+        else:
+            lines.append("the step ran to the end.")
+        self.numbers = {"recorded": recorded, "error": error, "updated": updated,
+                        "w1.grad": tensors["w1"].grad, "w2.grad": tensors["w2"].grad,
+                        "w1": tensors["w1"].detach().clone(),
+                        "w2": tensors["w2"].detach().clone()}
+        self.lines, self.code = lines, code
+        out = tensors.get("loss", tensors.get("a", tensors.get("h")))
+        if out is None:  # the first line failed: draw the two sorting centres alone
+            out = tensors["w1"]
+        g = build_graph(out, namespace=tensors)
+        uses = {"h": ("x", "w1"), "a": ("h",), "loss": ("a", "w2")}
+        for name in ("loss", "a", "h"):
+            if name in g:
+                for used in uses[name]:
+                    if used in tensors and not tensors[used].requires_grad:
+                        add_constant_input(g, used, name, tensors[used])
+        self.graph = g
+
+    def picture_title(self) -> str:
+        first, last = self.state["cover"]
+        where = f"no_grad() around lines {first}-{last}" if self.state["use"] else \
+            "no no_grad()"
+        return f"the graph of loss, {where}"
+
+    def _control_widgets(self) -> list:
+        import ipywidgets as w
+
+        cover = self._bind("cover", w.IntRangeSlider(
+            value=tuple(self.state["cover"]), min=1, max=len(STEP_LINES), step=1,
+            description="no_grad() covers lines", continuous_update=False,
+            style={"description_width": "initial"}, layout=w.Layout(width="420px")))
+        return [[self._checkbox("use", "wrap some lines in with torch.no_grad():")], [cover]]
+
+    def _sync_controls(self) -> None:
+        self.state["cover"] = tuple(self.state["cover"])
+        super()._sync_controls()
+
+
+# ---------------------------------------------------------------------------------------
+# 06: an in-place edit before or after the operation that saves its input
+# ---------------------------------------------------------------------------------------
+
+class InplaceExplorer(_Explorer):
+    """Lesson 06: ``h.add_(1)`` before ``y = h * w`` or after it (between the forward pass
+    and ``backward()``), or the out-of-place ``h = h + 1``; ``mul`` saves ``h`` for ``w``'s
+    gradient. Shows the version counter and what ``backward()`` does.
+
+    ``edit``: ``"none"``, ``"before"`` or ``"after"``; ``inplace``: ``h.add_(1)`` if true,
+    else ``h = h + 1``.
+    """
+
+    CSS = "inplace-explorer"
+    TITLE = "y = h * w saves h; then h is edited"
+    DEFAULTS = {"edit": "after", "inplace": True}
+
+    def compute(self) -> None:
+        import torch
+
+        from course.graph import build_graph
+
+        edit, inplace = self.state["edit"], bool(self.state["inplace"])
+        edit_line = "h.add_(1)" if inplace else "h = h + 1"
+        x = torch.tensor([0.5, 1.5], requires_grad=True)
+        w = torch.tensor([3.0, 4.0], requires_grad=True)
+        h = x * 2
+        code = ["x = torch.tensor([0.5, 1.5], requires_grad=True)",
+                "w = torch.tensor([3., 4.], requires_grad=True)",
+                f"{'h = x * 2':26} # h at version {h._version}"]
+
+        def do_edit(h):
+            h = h.add_(1) if inplace else h + 1
+            code.append(f"{edit_line:26} # h at version {h._version}")
+            return h
+
+        if edit == "before":
+            h = do_edit(h)
+        y = h * w
+        used, saved_version = h, h._version
+        code.append(f"{'y = h * w':26} # mul saves h, at version {saved_version}")
+        loss = y.sum()
+        code.append("loss = y.sum()")
+        # drawn before the edit after the forward pass, so h is still the tensor mul saved
+        g = build_graph(loss, namespace={"x": x, "w": w, "h": used, "y": y, "loss": loss})
+        if edit == "after":
+            h = do_edit(h)
+        code.append("loss.backward()")
+        error = None
+        try:
+            loss.backward()
+        except RuntimeError as exc:
+            error = _torch_error(exc)
+            code[-1] = f"{'loss.backward()':26} # raised"
+        _refresh_grads(g)
+        self.graph = g
+        t = self.theme
+        self.numbers = {"saved version": saved_version, "version now": used._version,
+                        "error": error, "x.grad": x.grad, "w.grad": w.grad,
+                        "h used": used.detach().clone()}
+        lines = [f"y = h * w: mul saved h for backward ({word(t, 'saved')}) when h's "
+                 f"{word(t, 'version')} was {saved_version}; at backward() it is "
+                 f"{used._version}."]
+        if error:
+            lines.append(f"backward() raised {error}")
+            lines.append("the edit came after mul saved h: make a new tensor instead "
+                         "(untick the box: h = h + 1), or edit before y = h * w.")
+        else:
+            lines.append(f"backward() ran: x.grad = {_vec(x.grad)} (= 2 * w), "
+                         f"w.grad = {_vec(w.grad)} (= the h that y used).")
+        self.lines, self.code = lines, code
+
+    def picture_title(self) -> str:
+        return {"none": "y = h * w, h not edited", "before": "h edited, then y = h * w",
+                "after": "y = h * w, then h edited"}[self.state["edit"]]
+
+    def _control_widgets(self) -> list:
+        return [[self._buttons("edit", "the edit of h:",
+                               [("nowhere", "none"), ("before y = h * w", "before"),
+                                ("after y = h * w", "after")])],
+                [self._checkbox("inplace", "in place: h.add_(1) (untick: h = h + 1)")]]
+
+
+# ---------------------------------------------------------------------------------------
+# 07: the doctor on a model whose bug you switch on and off
+# ---------------------------------------------------------------------------------------
+
+BUGS = {
+    "none": "no bug",
+    "detach": "detach() after layer 1",
+    "no_grad": "no_grad() around layer 1",
+    "dead_relu": "dead ReLU in layer 1 (bias -10)",
+    "sigmoid": "sigmoid instead of ReLU",
+}
+_STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "zero": "#adb5bd",
+                   "exploding": "#e03131"}
+
+
+def doctor_patient(bug: str, layers: int):
+    """The model and the loss function of :class:`DoctorExplorer`: ``layers`` Linear layers
+    of width 16 (the last maps to 1, Kaiming-initialised) with ReLU (or sigmoid) between,
+    and one bug."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    if bug not in BUGS:
+        raise ValueError(f"bug must be one of {list(BUGS)}, not {bug!r}")
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(1)
+    model = nn.ModuleList([nn.Linear(16, 16) for _ in range(layers - 1)] + [nn.Linear(16, 1)])
+    for layer in model[:-1]:  # an initialisation suited to ReLU: healthy without a bug
+        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    torch.random.set_rng_state(gen_state)  # the learner's random stream is untouched
+    if bug == "dead_relu":
+        with torch.no_grad():
+            model[0].bias.fill_(-10.0)
+    act = torch.sigmoid if bug == "sigmoid" else torch.relu
+
+    def loss_fn():
+        h = x
+        for i, layer in enumerate(model):
+            ctx = torch.no_grad() if bug == "no_grad" and i == 0 else contextlib.nullcontext()
+            with ctx:
+                h = layer(h)
+                if i < len(model) - 1:
+                    h = act(h)
+            if bug == "detach" and i == 0:
+                h = h.detach()
+        return F.mse_loss(h, y)
+
+    return model, loss_fn
+
+
+class DoctorExplorer(_Explorer):
+    """Lesson 07: ``course.doctor.diagnose`` on a small network whose bug you choose.
+
+    ``bug``: a key of :data:`BUGS`; ``layers``: 2-20 Linear layers (numbered 1..N from the
+    input; only the Linear layers count). The doctor runs with ``vanishing=1e-4``.
+    """
+
+    CSS = "doctor-explorer"
+    TITLE = "The gradient-flow doctor on a network with one bug"
+    DEFAULTS = {"bug": "detach", "layers": 6}
+    VANISHING = 1e-4
+
+    def compute(self) -> None:
+        from course.doctor import diagnose
+
+        bug, layers = self.state["bug"], int(self.state["layers"])
+        model, loss_fn = doctor_patient(bug, layers)
+        report = diagnose(model, step=loss_fn, theme=self.theme, vanishing=self.VANISHING)
+        self.report = report
+        per_layer = report.layers()  # (name, norm, status) per Linear layer, input first
+        norms = [n for _, n, _ in per_layer]
+        statuses = [s for _, _, s in per_layer]
+        self.numbers = {"norms": norms, "statuses": statuses, "ok": report.ok,
+                        "findings": [(f.param, f.status) for f in report.findings]}
+        act = "sigmoid" if bug == "sigmoid" else "relu"
+        self.code = [f"model = {layers} x nn.Linear, {act} between   # {BUGS[bug]}",
+                     "report = diagnose(model, step=loss_fn, vanishing=1e-4, "
+                     f"theme={self.theme!r})"]
+        lines = [f"{BUGS[bug]}, {layers} layers: the doctor found "
+                 f"{len(report.findings)} finding(s)."]
+        groups: dict[str, list] = {}  # status -> findings, in the doctor's order
+        for f in report.findings:
+            groups.setdefault(f.status, []).append(f)
+        for status, found in list(groups.items())[:3]:
+            names = sorted({(f.param or "").rpartition(".")[0] for f in found},
+                           key=lambda n: int(n) if n.isdigit() else -1)
+            where = ", ".join(f"{int(n) + 1}" for n in names if n.isdigit())
+            where = f"layer{'s' if ',' in where else ''} {where}" if where else "the graph"
+            parts = found[0].detail.split(". ")
+            said = parts[0].rstrip(".") + "."
+            if self.theme != "technical" and len(parts) > 1:
+                said += " " + parts[-1].rstrip(".") + "."
+            lines.append(f"[{status}] {where}: {said}")
+        if report.ok:
+            lines.append("every layer gets a healthy gradient.")
+        self.lines = lines
+        bars = [(n, _STATUS_COLOURS.get(s, "#868e96"), s) for n, s in zip(norms, statuses,
+                                                                           strict=True)]
+        self.svg = svg_chart([str(i) for i in range(1, layers + 1)], [], bars=bars,
+                             title=f"Gradient norm per layer: {BUGS[bug]}",
+                             xlabel="layer (1 = nearest the input)",
+                             ylabel="gradient norm", threshold=("vanishing", self.VANISHING))
+
+    def _chart_figure(self, ax=None):
+        return _matplotlib_chart(self, ax, [("gradient norm", self.numbers["norms"],
+                                             "#2f9e44")], bars=True)
+
+    def _control_widgets(self) -> list:
+        import ipywidgets as w
+
+        bug = self._bind("bug", w.Dropdown(options=[(v, k) for k, v in BUGS.items()],
+                                           value=self.state["bug"], description="the bug:",
+                                           style={"description_width": "initial"},
+                                           layout=w.Layout(width="auto")))
+        return [[bug, self._slider("layers", "layers", 2, 20)]]
+
+
+EXPLORERS = {"02_retain_grad": RetainExplorer, "03_detach": SkipPathExplorer,
+             "04_hooks": HookExplorer, "05_no_grad": NoGradExplorer,
+             "06_inplace": InplaceExplorer, "07_gradient_clinic": DoctorExplorer}
+
+
+# ---------------------------------------------------------------------------------------
+# Charts: log-scale lines or bars as SVG (live) and matplotlib (static_figure)
+# ---------------------------------------------------------------------------------------
+
+_FONT = "font-family:DejaVu Sans,Arial,sans-serif"
+
+
+def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: str,
+              ylabel: str, bars: list[tuple] | None = None,
+              threshold: tuple[str, float] | None = None, width: int = 680,
+              height: int = 300) -> str:
+    """A log-scale chart as an SVG document.
+
+    ``series``: ``(label, values, colour, bold)`` lines over ``xlabels``; ``bars``:
+    ``(value, colour, label)`` per x label (a value of ``None`` or 0 is a hatched bar at the
+    bottom, labelled ``None`` / ``0``). ``threshold``: ``(label, value)``, a dashed line. The
+    legend lists exactly the lines, bar colours and threshold drawn.
+    """
+    esc = html.escape
+    left, right, top, bottom = 78, 16, 34, 74
+    pw, ph = width - left - right, height - top - bottom
+    values = [v for _, vs, _, _ in series for v in vs] + [b[0] for b in bars or []]
+    if threshold:
+        values.append(threshold[1])
+    positive = [v for v in values if v and v > 0 and math.isfinite(v)] or [1.0]
+    lo = math.floor(math.log10(min(positive)))
+    hi = math.ceil(math.log10(max(positive)))
+    hi = hi if hi > lo else lo + 1
+    lo_floor = lo - (1 if bars and any(not b[0] for b in bars) else 0)
+    n = max(1, len(xlabels))
+
+    def y_of(v):
+        v = max(v, 10.0 ** lo_floor)
+        return top + ph * (hi - math.log10(v)) / (hi - lo_floor)
+
+    def x_of(i):
+        return left + pw * (i + 0.5) / n
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" style="{_FONT}">',
+           '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" '
+           'stroke="#495057" stroke-width="1.5"/></pattern></defs>',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle">'
+           f'{esc(title)}</text>']
+    step = max(1, math.ceil((hi - lo_floor) / 7))
+    for e in range(lo_floor, hi + 1, step):
+        y = y_of(10.0 ** e)
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
+                   'stroke="#e9ecef"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="12" '
+                   f'text-anchor="end">1e{e}</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
+               'stroke="#495057"/>')
+    every = max(1, math.ceil(n / 20))
+    for i, label in enumerate(xlabels):
+        if i % every == 0 or i == n - 1:
+            out.append(f'<text x="{x_of(i):.1f}" y="{top + ph + 16}" font-size="12" '
+                       f'text-anchor="middle">{esc(label)}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" font-size="13" '
+               f'text-anchor="middle">{esc(xlabel)}</text>')
+    out.append(f'<text x="16" y="{top + ph / 2}" font-size="13" text-anchor="middle" '
+               f'transform="rotate(-90 16 {top + ph / 2})">{esc(ylabel)} (log)</text>')
+    legend: list[tuple[str, str, str]] = []  # (kind, colour, label)
+    if bars:
+        bw = pw / n * 0.7
+        for i, (v, colour, label) in enumerate(bars):
+            x0 = x_of(i) - bw / 2
+            if v:
+                y = y_of(v)
+                out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{bw:.1f}" '
+                           f'height="{top + ph - y:.1f}" fill="{colour}" stroke="#343a40"/>')
+            else:
+                y = top + ph - 22
+                out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{bw:.1f}" height="22" '
+                           'fill="url(#hatch)" stroke="#343a40"/>')
+                out.append(f'<text x="{x_of(i):.1f}" y="{y - 4:.1f}" font-size="11" '
+                           f'text-anchor="middle">{"None" if v is None else "0"}</text>')
+            entry = ("bar", colour if v else "url(#hatch)", label if v else
+                     f"{label} ({'None' if v is None else '0'})")
+            if entry not in legend:
+                legend.append(entry)
+    for label, vs, colour, bold in series:
+        pts = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(vs))
+        width_ = 3 if bold else 1.5
+        dash = "" if bold else ' stroke-dasharray="5 3" opacity="0.75"'
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" '
+                   f'stroke-width="{width_}"{dash}/>')
+        for i, v in enumerate(vs):
+            out.append(f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="{3 if bold else 2}"'
+                       f' fill="{colour}"/>')
+        legend.append(("line" if bold else "dash", colour, label))
+    if threshold:
+        y = y_of(threshold[1])
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
+                   'stroke="#1c7ed6" stroke-dasharray="6 4"/>')
+        legend.append(("dash", "#1c7ed6", f"{threshold[0]} threshold ({threshold[1]:g})"))
+    x, y = left, height - 14
+    for kind, colour, label in legend:
+        if kind == "bar":
+            out.append(f'<rect x="{x}" y="{y - 10}" width="14" height="12" fill="{colour}" '
+                       'stroke="#343a40"/>')
+        else:
+            dash = ' stroke-dasharray="5 3"' if kind == "dash" else ""
+            out.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" '
+                       f'stroke="{colour}" stroke-width="{3 if kind == "line" else 2}"{dash}/>')
+        out.append(f'<text x="{x + 24}" y="{y}" font-size="12">{esc(label)}</text>')
+        x += 24 + 7 * len(label) + 18
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _matplotlib_chart(explorer: _Explorer, ax, series, bars: bool):
+    """The chart of a chart explorer as a matplotlib figure (outside pyplot)."""
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(8, 3.4), layout="constrained")
+        ax = fig.subplots()
+    else:
+        fig = ax.figure
+    for label, values, colour in series:
+        xs = range(1, len(values) + 1)
+        if bars:
+            positive = [v for v in values if v] or [1.0]
+            ax.bar(xs, [v if v else min(positive) / 10 for v in values], color=[
+                _STATUS_COLOURS.get(s, "#868e96") for s in explorer.numbers["statuses"]],
+                edgecolor="#343a40", label=label)
+        else:
+            ax.plot(xs, values, marker="o", color=colour, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer (1 = nearest the input)" if bars else "block (1 = the stack's input x)")
+    ax.set_ylabel("gradient norm (log)")
+    ax.set_title(explorer.TITLE)
+    ax.legend()
+    return fig
