@@ -433,8 +433,8 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "retain_grad_sees_raw": Misconception(
         "thinks retain_grad() keeps the gradient before the hooks changed it",
-        "retain_grad()'s monitor always runs after every tensor hook, whatever the order they "
-        "were installed in: .grad holds the gradient as the hooks left it.",
+        "retain_grad()'s monitor runs after every tensor hook (since torch 2.0), whatever the "
+        "order they were installed in: .grad holds the gradient as the hooks left it.",
         "04_hooks",
     ),
     "hook_on_constant": Misconception(

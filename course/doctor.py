@@ -19,8 +19,10 @@ What it does, and what it does not touch:
   ``next_functions`` down to the ``AccumulateGrad`` nodes, the way ``backward()`` goes.
 * **The gradients** come from ``torch.autograd.grad(loss, params, allow_unused=True,
   retain_graph=True)``, which returns them without writing any ``.grad``; the graph is kept, so
-  you can still call ``loss.backward()`` afterwards. Tensor and module hooks you registered do
-  run during that call. If ``backward()`` already freed the graph, the gradients are read from
+  you can still call ``loss.backward()`` afterwards. Tensor hooks and module backward hooks you
+  registered do run during that call; post-accumulate-grad hooks
+  (``register_post_accumulate_grad_hook``) do not, because no ``.grad`` is written: pass a
+  ``step`` that calls ``backward()`` to have them run. If ``backward()`` already freed the graph, the gradients are read from
   ``.grad`` instead (the report says so in ``notes``).
 * **The existing ``.grad``** is compared with the fresh gradient. ``k`` times the fresh gradient
   means ``backward()`` ran ``k`` times without ``zero_grad()``: a ``stale_grad`` finding. Other
@@ -71,7 +73,7 @@ LESSONS: dict[str, str] = {
     "zero": "07_gradient_clinic",
     "vanishing": "07_gradient_clinic",
     "exploding": "07_gradient_clinic",
-    "stale_grad": "01_leaves",
+    "stale_grad": "02_retain_grad",
     "frozen_in_optimizer": "03_detach",
     "not_in_optimizer": "07_gradient_clinic",
     "no_history": "05_no_grad",
@@ -127,8 +129,8 @@ _TEXT: dict[str, dict[str, str]] = {
     },
     "cut": {
         "technical": "`{name}`'s value reached the loss only through {op} at {where}, an "
-        "operation without a gradient (argmax, a comparison, rounding to an integer, .item(), "
-        ".numpy()), so `{name}` gets no gradient. Use a differentiable formulation (a soft "
+        "operation without a gradient (argmax, a comparison, a cast to an integer type such as "
+        ".long(), .item(), .numpy()), so `{name}` gets no gradient. Use a differentiable formulation (a soft "
         "mask, softmax instead of argmax) for the part that should train.",
         "logistics": "At {where} the parcel's contents were copied by hand onto a new form with "
         "no sorting rule on it, so the efficiency report stops there.",
@@ -152,8 +154,9 @@ _TEXT: dict[str, dict[str, str]] = {
     "zero": {
         "technical": "The loss reaches `{name}`, but its gradient is exactly zero everywhere "
         "(|grad| <= {thr:g}): every path back multiplies it by 0 -- a branch multiplied by 0, "
-        "a dead ReLU whose inputs are all negative, a mask that is always off. A check that "
-        "only tests `grad is None` misses this.{extra}",
+        "a dead ReLU whose inputs are all negative, a mask that is always off, a step function "
+        "(round(), floor(), sign()) that is recorded with slope 0. A check that only tests "
+        "`grad is None` misses this.{extra}",
         "logistics": "The route exists, but every report that reaches this sorting centre says "
         "0: nothing it does changes the delivery, as if the road behind it were closed.",
         "kitchen": "The ingredient is in the recipe, but in zero quantity: no tasting can tell "

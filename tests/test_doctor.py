@@ -298,7 +298,7 @@ def test_training_step_without_zero_grad_accumulates():
     assert {p for p, s in problems(report) if s == "stale_grad"} == {
         n for n, _ in model.named_parameters()}
     (finding,) = report.findings_for("l2.bias")
-    assert "without zero_grad()" in finding.detail and finding.lesson == "01_leaves"
+    assert "without zero_grad()" in finding.detail and finding.lesson == "02_retain_grad"
 
 
 def test_backward_twice_on_the_same_loss_is_stale():
@@ -410,6 +410,40 @@ def test_every_status_has_a_lesson_from_the_course():
                       "06_inplace", "07_gradient_clinic"}
     assert set(LESSONS) == set(STATUSES)
     assert set(LESSONS.values()) <= course_lessons
+    assert LESSONS["stale_grad"] == "02_retain_grad"     # accumulation and zero_grad() are taught there
+
+
+def _documented_statuses() -> dict[str, str]:
+    """status -> lesson, from the status table of docs/doctor.md."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "doctor.md").read_text()
+    table = text.split("## Statuses", 1)[1].split("\n\n| status |", 1)[1].split("\n\n", 1)[0]
+    found = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for status in re.findall(r"`(\w+)`", cells[0]):
+            found[status] = cells[-1]
+    return found
+
+
+def test_docs_status_table_lists_every_status_with_its_lesson():
+    assert _documented_statuses() == LESSONS
+
+
+def test_docs_list_every_status_lesson_08_question_4_offers():
+    """Lesson 08 Q4 sends learners to docs/doctor.md for these statuses (ok and frozen among them)."""
+    import re
+
+    from helpers import notebook_path, read
+
+    nb = read(notebook_path("08_capstone"))
+    (question,) = [c.source for c in nb.cells if c.source.startswith("### Question 4")]
+    listed = re.split(r"The\s+statuses\s+are:", question)[1].split("(see")[0]
+    offered = re.findall(r"`(\w+)`", listed)
+    assert {"ok", "frozen", "zero", "cut"} <= set(offered)
+    assert set(offered) <= set(_documented_statuses())
 
 
 def test_plot_has_one_bar_per_layer_on_a_log_scale():
