@@ -7,8 +7,11 @@ behaviours, the test fails here, instead of the notebook's text going stale.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+from torch import nn
 
 import course
 
@@ -85,3 +88,100 @@ def test_l02_adam_skips_none_but_moves_a_zero_grad(set_to_none, moves):
     before = centre.detach().clone()
     adam.step()
     assert (not torch.equal(before, centre)) == moves
+
+
+# --- lesson 04: what probes can change, and the .grad they see -----------------------------
+
+
+def test_l04_post_accumulate_hook_may_edit_grad_in_place():
+    """Lesson 04, section 2 and summary: a post-accumulate-grad hook returns None but may edit
+    p.grad in place (here halving it)."""
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+
+    def halve_on_desk(p):
+        p.grad.mul_(0.5)
+
+    w.register_post_accumulate_grad_hook(halve_on_desk)
+    (w * 4).sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0]
+
+
+def test_l04_post_accumulate_hook_returning_a_tensor_raises():
+    """Lesson 04, section 2: a post-accumulate-grad hook that returns a tensor makes backward
+    raise RuntimeError."""
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    w.register_post_accumulate_grad_hook(lambda p: p.grad * 0.5)
+    with pytest.raises(RuntimeError, match="should return None"):
+        (w * 4).sum().backward()
+
+
+def test_l04_grad_is_one_tensor_updated_in_place():
+    """Lesson 04, cell 11: in an ordinary backward, p.grad is one tensor updated in place."""
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    refs = []
+    w.register_post_accumulate_grad_hook(lambda p: refs.append(p.grad))
+    (w * 2).sum().backward()
+    (w**3).sum().backward()
+    assert refs[0] is refs[1] and refs[0].tolist() == [5.0, 5.0]
+
+
+def test_l04_create_graph_files_a_new_grad_each_pass():
+    """Lesson 04, cell 11's exception: with backward(create_graph=True), each pass makes a new
+    .grad tensor with a grad_fn, and torch warns about the reference cycle."""
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    refs = []
+    w.register_post_accumulate_grad_hook(lambda p: refs.append(p.grad))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (w * 2).sum().backward(create_graph=True)
+        (w**3).sum().backward(create_graph=True)
+    assert refs[0] is not refs[1]
+    assert [t.tolist() for t in refs] == [[2.0, 2.0], [5.0, 5.0]]
+    assert w.grad.grad_fn is not None
+    assert any("create_graph=True" in str(m.message) for m in caught)
+    w.grad = None
+
+
+def test_l04_retain_grad_reads_after_every_hook():
+    """Lesson 04, cell 16 (since torch 2.0): a retain_grad() monitor installed before a
+    scaling hook still keeps the scaled gradient."""
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    station = x * x
+    station.retain_grad()
+    station.register_hook(lambda g: g * 0.1)
+    (3 * station).sum().backward()
+    torch.testing.assert_close(station.grad, torch.full((3,), 0.3))
+
+
+class _ExpThenScale(nn.Module):
+    def forward(self, x):
+        return x.exp() * 3
+
+
+def test_l04_old_backward_hook_sees_only_the_last_operation():
+    """Lesson 04, "The old backward probe": register_backward_hook reports the gradient at the
+    input of the module's last operation (3, not 3*exp(x)) and warns with a FutureWarning;
+    register_full_backward_hook reports the gradient at the module's input."""
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    seen = {}
+    old, full = _ExpThenScale(), _ExpThenScale()
+    old.register_backward_hook(lambda m, gi, go: seen.update(old=gi[0].detach().clone()))
+    full.register_full_backward_hook(lambda m, gi, go: seen.update(full=gi[0].detach().clone()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old(x).sum().backward()
+    assert any(issubclass(m.category, FutureWarning) and "deprecated" in str(m.message)
+               for m in caught)
+    full(x).sum().backward()
+    torch.testing.assert_close(seen["old"], torch.full((2,), 3.0))
+    torch.testing.assert_close(seen["full"], 3 * x.detach().exp())
+
+
+def test_l04_full_backward_hook_may_replace_grad_input():
+    """Lesson 04: a full backward hook that returns a tuple replaces grad_input, and the
+    replacement is what reaches the input."""
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    layer = _ExpThenScale()
+    layer.register_full_backward_hook(lambda m, gi, go: (gi[0].clamp(max=1.0),))
+    layer(x).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0]
