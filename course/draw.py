@@ -34,13 +34,31 @@ import networkx as nx
 
 from course import themes
 
-__all__ = ["draw_graph", "render_png", "graph_layout", "format_grad", "picture_key"]
+__all__ = ["draw_graph", "render_png", "graph_layout", "graph_geometry", "format_grad",
+           "picture_key", "figure_size", "display_width", "DISPLAY_DPI", "RENDER_DPI"]
 
-FONT = 8.0            # points, node labels
-CHAR_W = 0.58 * FONT / 72  # inches per character, a safe average for DejaVu Sans
+# One size and style for every drawing of the course (the explorers, the stepper and the
+# static figures). Sizes are in points and inches; a drawing is shown at DISPLAY_DPI CSS
+# pixels per inch (the CSS inch), so FONT = 10 pt is 13.3 px, the notebook's body text at
+# 100 % zoom.
+# PNGs are rendered at RENDER_DPI (twice that) and shown at half their pixel width: crisp
+# on 2x displays.
+DISPLAY_DPI = 96
+RENDER_DPI = 2 * DISPLAY_DPI
+FONT = 10.0           # points (13.3 CSS px): node labels, gradients, step numbers, legend
+EDGE_FONT = 9.5       # gradients written on the edges (BackwardStepper)
+TITLE_FONT = 12.0
+CHAR_W = 0.6 * FONT / 72    # inches per character, a safe average (layout estimates only)
 LINE_H = 1.25 * FONT / 72
-GAP_X, ROW_H = 0.45, 0.78   # inches between columns, per row
+PAD_X, PAD_Y = 0.07, 0.06   # inches between a label and its box's text area edge
+PAD_X_ROUND4 = 0.13         # more for the wobbly intermediate shape, narrower at its ends
+BOX_PAD = 0.05              # the boxstyle's pad (inches), outside the text area
+SHAPE_OUT = BOX_PAD + 0.04  # everything a shape draws outside its text area: pad, teeth, outline
+COL_PAD = 0.03              # free inches at each side of a column's widest node
+GAP_X = 0.45                # inches between columns: edges cross here, and only here
+ROW_GAP = 0.32              # inches between the drawn extents of two nodes in a column
 MARGIN = 0.25
+MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
 # Text is most of the drawing time (matplotlib lays out and rasterises every glyph on
 # every draw). Unhinted glyphs without the last-resort font fallback draw about twice
 # as fast and look the same at these sizes; used for the widgets' PNGs.
@@ -58,6 +76,21 @@ def format_grad(g, limit: int = 3) -> str:
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
+def _short_grad(g) -> str:
+    """A gradient as written in a drawing: whole if it has at most two values, else the first
+    value and "..." (the tensor table shows them all)."""
+    return format_grad(g, limit=2 if g.numel() <= 2 else 1)
+
+
+def _grad_template(shape) -> str:
+    """The widest text a gradient of this shape is written as (space is kept for it)."""
+    if not shape:
+        return "grad -8.88e-88"
+    n = math.prod(shape)
+    return {1: "grad [-8.88e-88]", 2: "grad [-8.88e-88, -8.88e-88]"}.get(
+        n, "grad [-8.88e-88, ...]")
+
+
 def _label(d: dict, theme: str) -> str:
     if d["kind"] == "function":
         return d["torch_class"]
@@ -65,147 +98,376 @@ def _label(d: dict, theme: str) -> str:
     return f"{d['name']}{shape}\n{themes.SHORT_ROLE[theme][d['kind']]}"
 
 
-def _box_size(label: str) -> tuple[float, float]:
+@functools.lru_cache(maxsize=4096)
+def _text_width(s: str, size: float = FONT, weight: str = "normal", style: str = "normal"):
+    """Width of one line of text in inches (DejaVu Sans, as matplotlib lays it out)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    prop = FontProperties(size=size, weight=weight, style=style)
+    return text_to_path.get_text_width_height_descent(s, prop, ismath=False)[0] / 72
+
+
+def _label_font(d: dict) -> dict:
+    return {"weight": "bold" if d.get("is_output") else "normal",
+            "style": "italic" if d["kind"] == "function" else "normal"}
+
+
+def _box_size(label: str, weight: str = "normal", style: str = "normal",
+              pad_x: float = PAD_X) -> tuple[float, float]:
+    """The text area of a node's box (inches): the label's lines plus a margin."""
     lines = label.split("\n")
-    return max(len(s) for s in lines) * CHAR_W + 0.12, len(lines) * LINE_H + 0.1
+    w = max(_text_width(s, FONT, weight, style) for s in lines)
+    return w + 2 * pad_x, len(lines) * LINE_H + 2 * PAD_Y
 
 
-_LAYOUTS: dict[tuple, dict] = {}
+_LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_SIZE = 128
 
 
 def graph_layout(g: nx.DiGraph) -> dict:
-    """Grid positions ``node -> (column, row)`` from networkx.
+    """Grid positions ``node -> (column, row)``.
 
     Columns are ``topological_generations`` of the reversed graph (distance to
-    the output), so every input sits just left of its first use. Within a column,
-    nodes follow the mean row of the nodes they feed, which keeps edges short.
-    The layout depends only on the structure (nodes and edges, in order), so it is
+    the output, from networkx), so every input sits just left of its first use. An
+    edge that spans several columns gets a reserved slot (a dummy node) in every
+    column it crosses, so no node is ever placed on its way. Within a column, nodes
+    and slots follow the mean row of what they feed, at least one row apart. The
+    layout depends only on the structure (nodes and edges, in order), so it is
     cached by structure: toggling a control that keeps the graph's shape reuses it.
     """
+    return dict(_layered(g)[0])
+
+
+def _layered(g: nx.DiGraph) -> tuple[dict, dict]:
+    """``(grid, slots)``: ``grid`` as :func:`graph_layout`; ``slots[(u, v)]`` the rows of the
+    edge's reserved slots, one per column strictly between ``u``'s and ``v``'s."""
     if len(g) == 0:
-        return {}
+        return {}, {}
     key = (tuple(g), tuple(g.edges))
     if key not in _LAYOUTS:
         if len(_LAYOUTS) >= _LAYOUTS_SIZE:
             _LAYOUTS.pop(next(iter(_LAYOUTS)))  # oldest first
         _LAYOUTS[key] = _layout(g)
-    return dict(_LAYOUTS[key])
+    grid, slots = _LAYOUTS[key]
+    return grid, slots
 
 
-def _layout(g: nx.DiGraph) -> dict:
+def _layout(g: nx.DiGraph) -> tuple[dict, dict]:
     depth = {n: i for i, gen in enumerate(nx.topological_generations(g.reverse(copy=False)))
              for n in gen}
     last = max(depth.values())
-    columns: dict[int, list] = {}
+    col = {n: last - depth[n] for n in g}
+    members: dict[int, list] = {}
     for n in g:  # insertion order: the order backward met the nodes
-        columns.setdefault(last - depth[n], []).append(n)
+        members.setdefault(col[n], []).append(n)
+    nxt: dict = {}   # item -> the items it feeds in the next column
+    for u, v in g.edges:
+        prev = u
+        for c in range(col[u] + 1, col[v]):
+            slot = ("slot", u, v, c)
+            members[c].append(slot)
+            nxt.setdefault(prev, []).append(slot)
+            prev = slot
+        nxt.setdefault(prev, []).append(v)
     row: dict = {}
-    for col in sorted(columns, reverse=True):
-        def key(n, _col=col):
-            rows = [row[s] for s in g.successors(n) if s in row]
-            return sum(rows) / len(rows) if rows else 0.0
-        columns[col].sort(key=key)
-        row.update((n, i) for i, n in enumerate(columns[col]))
-    pos = nx.multipartite_layout(g, subset_key=dict(sorted(columns.items())), align="vertical")
-    xs = sorted({round(float(p[0]), 9) for p in pos.values()})
-    ys = sorted({round(float(p[1]), 9) for p in pos.values()})
-    unit = (xs[-1] - xs[0]) / (len(xs) - 1) if len(xs) > 1 else (
-        (ys[-1] - ys[0]) / max(1, max(len(c) for c in columns.values()) - 1) or 1.0)
-    return {n: (round((p[0] - xs[0]) / unit), round((ys[-1] - p[1]) / unit, 1))
-            for n, p in pos.items()}
+    for c in sorted(members, reverse=True):  # from the output back to the inputs
+        items = members[c]
+        wanted = {}
+        for item in items:
+            rows = [row[s] for s in nxt.get(item, ()) if s in row]
+            wanted[item] = sum(rows) / len(rows) if rows else None
+        order = sorted(items, key=lambda it: (wanted[it] is None, wanted[it] or 0.0))
+        placed, prev = [], None
+        for it in order:
+            want = wanted[it] if wanted[it] is not None else (prev + 1 if prev is not None
+                                                              else 0.0)
+            r = want if prev is None else max(want, prev + 1)
+            placed.append(r)
+            prev = r
+        # shift the column as a whole towards what its items wanted (spacing is kept)
+        deltas = [wanted[it] - r for it, r in zip(order, placed, strict=True)
+                  if wanted[it] is not None]
+        shift = (max(deltas) + min(deltas)) / 2 if deltas else 0.0
+        row.update((it, round(r + shift, 3)) for it, r in zip(order, placed, strict=True))
+    top = min(row.values())
+    grid = {n: (col[n], round(row[n] - top, 3)) for n in g}
+    slots = {(u, v): [round(row[("slot", u, v, c)] - top, 3) for c in range(col[u] + 1, col[v])]
+             for u, v in g.edges}
+    return grid, slots
 
 
-def _legend_handles(theme: str, present, retained: bool, hooked: bool, grads: bool) -> list:
+class Geometry:
+    """Where everything of a drawing goes, in inches (origin: the graph area's bottom left).
+
+    ``xy`` node centres; ``box`` the text area ``(w, h)`` of each node's box; ``bounds``
+    everything a node draws ``(x0, y0, x1, y1)``: its shape with outline and marks, and the
+    space kept for its gradient and step number; ``edges[(u, v)]`` the polyline an edge is
+    drawn along, from ``u``'s border to ``v``'s. Edges cross between columns only in the
+    gaps, where there are no nodes, and go through a column only at a row kept free for them.
+    """
+
+    def __init__(self, g: nx.DiGraph, theme: str):
+        grid, slots = _layered(g)
+        self.labels = {n: _label(d, theme) for n, d in g.nodes(data=True)}
+        self.box = {n: _box_size(self.labels[n], **_label_font(d),
+                                 pad_x=PAD_X_ROUND4 if d["kind"] == "intermediate" else PAD_X)
+                    for n, d in g.nodes(data=True)}
+        above, below, half_w = {}, {}, {}
+        for n, d in g.nodes(data=True):
+            w, h = self.box[n]
+            shape_w = w / 2 + SHAPE_OUT
+            if d["kind"] == "function":   # the step number sits above the box
+                half_w[n] = max(shape_w, w / 2 + _text_width("#88", FONT) - SHAPE_OUT)
+                above[n], below[n] = h / 2 + SHAPE_OUT + MARK_H, h / 2 + SHAPE_OUT
+            else:                          # the gradient sits under the box
+                grad_w = _text_width(_grad_template(d.get("shape") or ()), FONT) / 2
+                half_w[n] = max(shape_w, grad_w)
+                above[n], below[n] = h / 2 + SHAPE_OUT + 0.1, h / 2 + SHAPE_OUT + MARK_H + 0.04
+        ncols = max((c for c, _ in grid.values()), default=0) + 1
+        col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if grid[n][0] == c] + [0.3])
+                 for c in range(ncols)]
+        col_x = [MARGIN + sum(col_w[:c]) + GAP_X * c + col_w[c] / 2 for c in range(ncols)]
+        self.row_h = max([above[n] + below[n] for n in g] + [0.6]) + ROW_GAP
+        self.half_row = max([above[n] for n in g] + [0.3]), max([below[n] for n in g] + [0.3])
+        rows = [r for _, r in grid.values()] + [r for rs in slots.values() for r in rs]
+        nrows = max(rows, default=0)
+        self.width = MARGIN * 2 + sum(col_w) + GAP_X * (ncols - 1)
+        self.height = MARGIN * 2 + self.half_row[0] + self.half_row[1] + nrows * self.row_h
+
+        def y_of(r):
+            return self.height - MARGIN - self.half_row[0] - r * self.row_h
+
+        self.xy = {n: (col_x[c], y_of(r)) for n, (c, r) in grid.items()}
+        self.bounds = {n: (x - half_w[n], y - below[n], x + half_w[n], y + above[n])
+                       for n, (x, y) in self.xy.items()}
+        band = [(x - w / 2, x + w / 2) for x, w in zip(col_x, col_w, strict=True)]
+
+        # ports: the edges leaving (entering) a node are spread over its right (left) side,
+        # ordered by the row of their other end, so arrowheads do not pile up
+        def spread(items, node):
+            h = self.box[node][1]
+            s = min(0.13, max(0.0, h / 2 - 0.07))
+            k = len(items)
+            return {e: (s - 2 * s * i / (k - 1) if k > 1 else 0.0) for i, e in enumerate(items)}
+
+        out_port, in_port = {}, {}
+        for n in g:
+            outs = sorted(g.out_edges(n), key=lambda e: (slots[e] or [grid[e[1]][1]])[0])
+            out_port.update(spread(outs, n))
+            ins = sorted(g.in_edges(n), key=lambda e: (slots[e] or [grid[e[0]][1]])[-1])
+            in_port.update(spread(ins, n))
+        self.edges = {}
+        for u, v in g.edges:
+            (xu, yu), (xv, yv) = self.xy[u], self.xy[v]
+            cu, cv = grid[u][0], grid[v][0]
+            y0, y1 = yu + out_port[(u, v)], yv + in_port[(u, v)]
+            pts = [(xu + self.box[u][0] / 2 + SHAPE_OUT, y0), (band[cu][1], y0)]
+            for c, r in zip(range(cu + 1, cv), slots[(u, v)], strict=True):
+                pts += [(band[c][0], y_of(r)), (band[c][1], y_of(r))]
+            pts += [(band[cv][0], y1), (xv - self.box[v][0] / 2 - SHAPE_OUT - 0.02, y1)]
+            clean = [pts[0]]
+            for p in pts[1:]:
+                if abs(p[0] - clean[-1][0]) > 1e-9 or abs(p[1] - clean[-1][1]) > 1e-9:
+                    clean.append(p)
+            self.edges[(u, v)] = clean
+        self.gap = {(u, v): (self.edges[(u, v)][-3] if len(self.edges[(u, v)]) >= 3 else
+                             self.edges[(u, v)][0], self.edges[(u, v)][-2])
+                    for u, v in g.edges}  # the last stretch between columns: edge labels go here
+
+
+def graph_geometry(g: nx.DiGraph, theme: str = "technical") -> Geometry:
+    """The :class:`Geometry` of a graph's drawing (what the no-edge-through-a-node test checks)."""
+    themes.check_theme(theme)
+    return Geometry(g, theme)
+
+
+class _TextHandler:
+    """Legend handler that draws a ``Text`` handle as its text (the gradient and step marks)."""
+
+    def legend_artist(self, legend, orig, fontsize, handlebox):
+        from matplotlib.text import Text
+
+        x0, y0 = handlebox.xdescent, handlebox.ydescent
+        t = Text(x0 + handlebox.width / 2, y0 + handlebox.height / 2, orig.get_text(),
+                 color=orig.get_color(), ha="center", va="center", fontsize=fontsize,
+                 transform=handlebox.get_transform())
+        handlebox.add_artist(t)
+        return t
+
+
+def _legend_handles(theme: str, present, retained: bool, hooked: bool, grads: bool,
+                    running: bool = False, waiting: bool = False, steps: bool = False,
+                    untracked: bool = False) -> list:
+    """One legend entry for each kind of node and mark that is drawn, and nothing else."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.text import Text
 
+    red = themes.MARK_STYLE["gradient"]["color"]
     handles = [Patch(label=themes.term(theme, k), **_patch_kw(themes.node_style(k, theme)))
                for k in themes.KINDS if k in present]
     if retained:
         handles.append(Patch(facecolor="white", edgecolor=themes.MARK_STYLE["retained"]["color"],
                              linewidth=3, label=themes.term(theme, "retained")))
     if hooked:
-        handles.append(Line2D([], [], linestyle="", marker="v", markersize=8,
+        handles.append(Line2D([], [], linestyle="", marker="v", markersize=9,
                               color=themes.MARK_STYLE["hooked"]["color"],
                               label=themes.term(theme, "hooked")))
     if grads:
-        handles.append(Line2D([], [], color=themes.MARK_STYLE["gradient"]["color"],
-                              label=themes.term(theme, "gradient")))
+        handles.append(Text(text="0.5", color=red, label=themes.term(theme, "gradient")))
+    if steps:
+        handles.append(Text(text="#1", color=red, label=themes.term(theme, "step")))
+    if running:
+        handles.append(Patch(facecolor="white", edgecolor=red, linewidth=3,
+                             label=themes.term(theme, "running")))
+    if waiting:
+        handles.append(Patch(label=themes.term(theme, "waiting"), alpha=0.35,
+                             **_patch_kw(themes.node_style("function", theme))))
+    if untracked:
+        handles.append(Line2D([], [], linestyle="--", color=themes.edge_color(theme),
+                              label=themes.term(theme, "untracked")))
     return handles
 
 
+def _legend_kw(ncol: int) -> dict:
+    from matplotlib.text import Text
+
+    return {"loc": "lower center", "ncol": ncol, "fontsize": FONT, "frameon": False,
+            "handler_map": {Text: _TextHandler()}, "handlelength": 1.6, "columnspacing": 1.4}
+
+
+def _legend_layout(legend: tuple, max_w: float) -> tuple[int, float, float]:
+    """``(columns, width, height)`` of the legend, in inches (an estimate that errs wide)."""
+    labels = _legend_labels(legend)
+    if not labels:
+        return 0, 0.0, 0.0
+    widths = [_text_width(s, FONT) + 0.45 for s in labels]  # handle, its pad, column space
+    ncol = min(4, len(labels))
+    while True:
+        nrows = -(-len(labels) // ncol)
+        cols = [widths[i * nrows:(i + 1) * nrows] for i in range(ncol)]
+        w = sum(max(c) for c in cols if c) + 0.3
+        if w <= max_w or ncol == 1:
+            return ncol, w, 0.15 + nrows * 0.25
+        ncol -= 1
+
+
+def _legend_labels(legend: tuple) -> list[str]:
+    theme, present, *marks = legend
+    keys = list(present) + [k for k, on in zip(
+        ("retained", "hooked", "gradient", "running", "waiting", "step", "untracked"),
+        marks, strict=False) if on]
+    return [themes.term(theme, k) for k in keys]
+
+
 def _box(w, h, boxstyle, alpha, kw, x, y):
-    """A node's box centred on ``(x, y)`` (in inches)."""
+    """A node's box, its text area ``w`` x ``h`` centred on ``(x, y)`` (in inches)."""
     from matplotlib.patches import FancyBboxPatch
 
     return FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle=boxstyle, alpha=alpha, zorder=2,
                           **dict(kw))
 
 
-def _arrow(vec, rad, linestyle, color, alpha, x, y):
-    """An edge's arrow from ``(x, y)`` along ``vec`` (in inches)."""
+def _arrow(rel, linestyle, color, alpha, x, y):
+    """An edge's arrow along the polyline ``rel`` (inches, relative to ``(x, y)``)."""
     from matplotlib.patches import FancyArrowPatch
+    from matplotlib.path import Path
 
-    return FancyArrowPatch((x, y), (x + vec[0], y + vec[1]), arrowstyle="-|>", mutation_scale=9,
-                           shrinkA=0, shrinkB=0, color=color, linewidth=0.9, zorder=1,
-                           linestyle=linestyle, connectionstyle=f"arc3,rad={rad}", alpha=alpha)
+    path = Path([(x + dx, y + dy) for dx, dy in rel])
+    return FancyArrowPatch(path=path, arrowstyle="-|>", mutation_scale=12, color=color,
+                           linewidth=1.1, zorder=1, linestyle=linestyle, alpha=alpha,
+                           joinstyle="round", capstyle="butt")
 
 
 def _hook(x, y):
-    """The probe marker of a hooked node, at its box's top right corner ``(x, y)``."""
+    """The probe marker of a hooked node, just outside its box's top right corner ``(x, y)``."""
     from matplotlib.lines import Line2D
 
-    return Line2D([x], [y], marker="v", markersize=9, zorder=4, linestyle="",
-                  color=themes.MARK_STYLE["hooked"]["color"])
+    return Line2D([x], [y], marker="v", markersize=10, zorder=4, linestyle="",
+                  color=themes.MARK_STYLE["hooked"]["color"], markeredgecolor="white",
+                  markeredgewidth=0.8)
+
+
+def _marks(g: nx.DiGraph, show_grads: bool) -> dict:
+    """What a drawing of ``g`` shows besides its nodes: the legend's entries."""
+    nodes = g.nodes(data=True)
+    return {
+        "present": tuple(k for k in themes.KINDS if any(d["kind"] == k for _, d in nodes)),
+        "retained": any(d.get("retains_grad") for _, d in nodes),
+        "hooked": any(d.get("has_hooks") for _, d in nodes),
+        "grads": show_grads and (any(d.get("grad") is not None for _, d in nodes) or any(
+            d.get("grad") is not None for _, _, d in g.edges(data=True))),
+        "running": any(d.get("highlight") for _, d in nodes),
+        "waiting": any(d.get("faded") for _, d in nodes),
+        "steps": any(d.get("step") is not None for _, d in nodes),
+        "untracked": any(d.get("recovered") for _, _, d in g.edges(data=True)),
+    }
+
+
+def _frame(geo: Geometry, legend: tuple, title: str | None, size=None):
+    """Figure size and where the graph area and the legend go: ``(fig_w, fig_h, ox, oy,
+    legend_cols, legend_h)``; ``size`` is a minimum ``(w, h)`` in inches."""
+    ncol, legend_w, legend_h = _legend_layout(legend, max(geo.width, 7.0))
+    title_h = 0.42 if title else 0.0
+    if title:
+        legend_w = max(legend_w, _text_width(title, TITLE_FONT) + 0.4)
+    fig_w = max(geo.width, legend_w)
+    fig_h = geo.height + legend_h + title_h
+    if size is not None:
+        fig_w, fig_h = max(fig_w, size[0]), max(fig_h, size[1])
+    ox = (fig_w - geo.width) / 2
+    oy = fig_h - title_h - geo.height       # the graph area sits right under the title
+    return fig_w, fig_h, ox, oy, ncol, legend_h
+
+
+def figure_size(g: nx.DiGraph, theme: str = "technical", title: str | None = None,
+                show_grads: bool = True, legend_extra=()) -> tuple[float, float]:
+    """The size in inches ``(w, h)`` a drawing of ``g`` needs (no drawing is made).
+
+    An explorer takes the largest over the states it can show and passes it as
+    ``render_png(..., size=...)``, so its picture keeps one size while the learner clicks.
+    ``legend_extra`` names marks (``"gradient"``, ``"retained"`` ...) to keep legend room for.
+    """
+    themes.check_theme(theme)
+    geo = Geometry(g, theme)
+    legend = _legend_key(g, theme, show_grads, legend_extra)
+    return _frame(geo, legend, title)[:2]
+
+
+def _legend_key(g: nx.DiGraph, theme: str, show_grads: bool, extra=()) -> tuple:
+    m = _marks(g, show_grads)
+    names = {"retained": "retained", "hooked": "hooked", "gradient": "grads", "step": "steps",
+             "running": "running", "waiting": "waiting", "untracked": "untracked"}
+    m.update((names[k], True) for k in extra)
+    return (theme, m["present"], m["retained"], m["hooked"], m["grads"], m["running"],
+            m["waiting"], m["steps"], m["untracked"])
 
 
 def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: bool,
-          stamps: bool = False) -> None:
+          stamps: bool = False, size=None) -> None:
     """Draw ``g`` on ``fig``: into ``ax`` if given, else on a new axes sized to the graph.
 
     With ``stamps`` (the ``render_png`` path) ``ax`` is a reused axes that is
     positioned like a new one, and every text is a cached bitmap (``Stamps``)
     instead of a ``Text``/``Legend`` artist.
     """
-    grid = graph_layout(g)
-    labels = {n: _label(d, theme) for n, d in g.nodes(data=True)}
-    sizes = {n: _box_size(lab) for n, lab in labels.items()}
-    ncols = max((c for c, _ in grid.values()), default=0) + 1
-    col_w = [max([sizes[n][0] for n in g if grid[n][0] == c] + [0.6]) for c in range(ncols)]
-    col_x = [MARGIN + sum(col_w[:c]) + GAP_X * c + col_w[c] / 2 for c in range(ncols)]
-    nrows = max((r for _, r in grid.values()), default=0) + 1
-    width = MARGIN * 2 + sum(col_w) + GAP_X * (ncols - 1)
-    height = MARGIN * 2 + nrows * ROW_H
-    xy = {n: (col_x[c], height - MARGIN - ROW_H / 2 - r * ROW_H) for n, (c, r) in grid.items()}
-
-    present = {d["kind"] for _, d in g.nodes(data=True)}
-    retained = [n for n, d in g.nodes(data=True) if d.get("retains_grad")]
-    hooked = [n for n, d in g.nodes(data=True) if d.get("has_hooks")]
-    grads = {n for n, d in g.nodes(data=True) if show_grads and d.get("grad") is not None}
-    edge_grads = {(u, v) for u, v, d in g.edges(data=True)
-                  if show_grads and d.get("grad") is not None}
-
-    legend = (theme, tuple(k for k in themes.KINDS if k in present), bool(retained),
-              bool(hooked), bool(grads or edge_grads))
-    n_handles = len(legend[1]) + sum(legend[2:])
-    legend_cols = min(4, max(1, n_handles))
-    legend_h = 0.12 + 0.24 * -(-n_handles // legend_cols)
-    title_h = 0.4 if title else 0.0
-    fig_w = max(width, 2.6 * legend_cols)
+    geo = Geometry(g, theme)
+    legend = _legend_key(g, theme, show_grads)
+    red = themes.MARK_STYLE["gradient"]["color"]
     if ax is None or stamps:
-        total = height + legend_h + title_h
-        fig.set_size_inches(fig_w, total)
-        rect = (0, legend_h / total, 1, height / total)
+        fig_w, fig_h, ox, oy, legend_cols, _ = _frame(geo, legend, title, size)
+        fig.set_size_inches(fig_w, fig_h)
         if ax is None:
-            ax = fig.add_axes(rect)
+            ax = fig.add_axes((0, 0, 1, 1))
         else:
-            ax.set_position(rect)
-        ax.set_xlim((width - fig_w) / 2, (width + fig_w) / 2)
-        ax.set_ylim(0, height)
+            ax.set_position((0, 0, 1, 1))
+        ax.set_xlim(-ox, fig_w - ox)
+        ax.set_ylim(-oy, fig_h - oy)
     else:
-        ax.set_xlim(0, width)
-        ax.set_ylim(0, height)
+        legend_cols = _legend_layout(legend, max(geo.width, 7.0))[0]
+        ax.set_xlim(0, geo.width)
+        ax.set_ylim(0, geo.height)
         ax.set_aspect("equal", adjustable="datalim")
     ax.set_axis_off()
 
@@ -226,68 +488,61 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
 
     for n, d in g.nodes(data=True):
         style = themes.node_style(d["kind"], theme)
-        w, h = sizes[n]
-        x, y = xy[n]
+        w, h = geo.box[n]
+        x, y = geo.xy[n]
         kw = _patch_kw(style)
         if d.get("retains_grad"):
             kw.update(edgecolor=themes.MARK_STYLE["retained"]["color"], linewidth=3.2)
         if d.get("highlight"):
-            kw.update(edgecolor=themes.MARK_STYLE["gradient"]["color"], linewidth=3.2)
+            kw.update(edgecolor=red, linewidth=3.2)
         alpha = 0.35 if d.get("faded") else 1.0
-        box = (w, h, style["boxstyle"], alpha, tuple(sorted(kw.items())))
+        box = (w, h, style["boxstyle"], alpha,
+               tuple(sorted(kw.items())))
         shape(x, y, 2, ("box", *box), functools.partial(_box, *box))
-        is_fn = d["kind"] == "function"
-        text(x, y, labels[n], 3, ha="center", va="center", fontsize=FONT - (0.8 if is_fn else 0),
-             style="italic" if is_fn else "normal", alpha=alpha,
-             fontweight="bold" if d.get("is_output") else "normal")
-        if d.get("has_hooks"):
-            shape(x + w / 2, y + h / 2, 4, ("hook",), _hook)
-        if n in grads:
-            text(x, y - h / 2 - 0.05, f"grad {format_grad(d['grad'])}", 3, ha="center",
-                 va="top", fontsize=FONT - 1, color=themes.MARK_STYLE["gradient"]["color"])
+        font = _label_font(d)
+        text(x, y, geo.labels[n], 3, ha="center", va="center", fontsize=FONT,
+             style=font["style"], alpha=alpha, fontweight=font["weight"], linespacing=1.1)
+        top = y + h / 2 + SHAPE_OUT - BOX_PAD
+        if d.get("has_hooks"):  # on the box's top right corner, pointing at the box
+            shape(x + w / 2 - 0.06, top + 0.04, 4, ("hook",), _hook)
+        if show_grads and d.get("grad") is not None:
+            text(x, y - h / 2 - SHAPE_OUT - 0.03, f"grad {_short_grad(d['grad'])}", 3,
+                 ha="center", va="top", fontsize=FONT, color=red)
         if d.get("step") is not None:
-            text(x - w / 2, y + h / 2, f"#{d['step']}", 4, ha="right", va="bottom",
-                 fontsize=FONT - 1, color=themes.MARK_STYLE["gradient"]["color"])
+            text(x - w / 2, top + 0.02, f"#{d['step']}", 4, ha="left", va="bottom",
+                 fontsize=FONT, color=red, fontweight="bold")
 
     color = themes.edge_color(theme)
+    px = fig.dpi
     for u, v, d in g.edges(data=True):
-        start, end = _clip(xy[u], sizes[u], xy[v]), _clip(xy[v], sizes[v], xy[u])
-        vec = (end[0] - start[0], end[1] - start[1])
+        pts = geo.edges[(u, v)]
+        x0, y0 = pts[0]
+        rel = tuple((p[0] - x0, p[1] - y0) for p in pts)
         if stamps:  # whole pixels, so that arrows of the same shape share one picture
-            vec = (round(vec[0] * fig.dpi) / fig.dpi, round(vec[1] * fig.dpi) / fig.dpi)
-        arrow = (vec, 0.12 if grid[v][0] - grid[u][0] > 1 else 0.0,
-                 "--" if d.get("recovered") else "-", color,
+            rel = tuple((round(a * px) / px, round(b * px) / px) for a, b in rel)
+        arrow = (rel, "--" if d.get("recovered") else "-", color,
                  0.35 if g.nodes[v].get("faded") and d.get("grad") is None else 1.0)
-        shape(*start, 1, ("arrow", *arrow), functools.partial(_arrow, *arrow))
-        if (u, v) in edge_grads:
-            text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.04,
-                 format_grad(d["grad"]), 4, ha="center", va="bottom", fontsize=FONT - 1.5,
-                 color=themes.MARK_STYLE["gradient"]["color"], bbox=_EDGE_LABEL_BOX)
+        shape(x0, y0, 1, ("arrow", *arrow), functools.partial(_arrow, *arrow))
+        if show_grads and d.get("grad") is not None:
+            (ax_, ay_), (bx_, by_) = geo.gap[(u, v)]
+            text((ax_ + bx_) / 2, (ay_ + by_) / 2, _short_grad(d["grad"]), 4, ha="center",
+                 va="center", fontsize=EDGE_FONT, color=red, bbox=_EDGE_LABEL_BOX)
 
-    title_y = 1 - 0.08 / fig.get_figheight()
+    title_y = 1 - 0.1 / fig.get_figheight()
+    n_handles = len(_legend_labels(legend))
     if stamps:
         top = fig.add_artist(_new_stamps(fig.transFigure, 5))
         if n_handles:
             top.add(0.5, 0.0, _legend_stamp(legend, legend_cols, fig.dpi))
         if title:
             top.add(0.5, title_y, _text_stamp(title, fig.dpi, ha="center", va="top",
-                                              fontsize=FONT + 3))
+                                              fontsize=TITLE_FONT))
         return
     if n_handles:
-        fig.legend(handles=_legend_handles(*legend), loc="lower center", ncol=legend_cols,
-                   fontsize=FONT, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(0.5, 0.0),
+                   **_legend_kw(legend_cols))
     if title:
-        fig.suptitle(title, fontsize=FONT + 3, y=title_y)
-
-
-def _clip(center, size, toward) -> tuple[float, float]:
-    """Where the line from ``center`` to ``toward`` leaves a box of ``size`` (plus its pad)."""
-    (x, y), (w, h) = center, size
-    dx, dy = toward[0] - x, toward[1] - y
-    half_w, half_h = w / 2 + 0.06, h / 2 + 0.06
-    t = min(half_w / abs(dx) if dx else float("inf"), half_h / abs(dy) if dy else float("inf"))
-    t = min(t, 1.0)
-    return x + dx * t, y + dy * t
+        fig.suptitle(title, fontsize=TITLE_FONT, y=title_y)
 
 
 def _patch_kw(style: dict) -> dict:
@@ -310,20 +565,76 @@ def draw_graph(outputs_or_graph, namespace: Mapping | None = None, theme: str = 
 
     ``theme`` is ``"technical"``, ``"logistics"`` or ``"kitchen"``; ``namespace``
     names the tensors (pass ``globals()``). Returns the ``Figure``. Without ``ax``
-    the figure is a pyplot figure, so a notebook shows it (end the line with ``;``)
-    and a script should ``plt.close(fig)``; with ``ax`` it draws there. Never calls
-    ``plt.show()``.
+    the figure is a pyplot figure, so a notebook shows it (end the line with ``;``),
+    at the size of the explorers' pictures and rendered at twice that resolution
+    (crisp on 2x displays); a script should ``plt.close(fig)``. With ``ax`` it draws
+    there. Never calls ``plt.show()``.
     """
     themes.check_theme(theme)
     g = _as_graph(outputs_or_graph, namespace)
     if ax is None:
         import matplotlib.pyplot as plt
 
-        fig = plt.figure()
+        fig = plt.figure(FigureClass=_graph_figure_class(), dpi=DISPLAY_DPI)
     else:
         fig = ax.figure
     _draw(g, fig, ax, theme, title, show_grads)
     return fig
+
+
+@functools.cache
+def _graph_figure_class():
+    """A ``Figure`` that Jupyter shows as a 2x PNG at 1x width (like the widgets' pictures).
+
+    IPython's inline backend formats every ``Figure`` itself (at the figure's dpi), so the
+    class registers its own PNG printer with IPython's formatter when one is running.
+    """
+    from matplotlib.figure import Figure
+
+    class GraphFigure(Figure):
+        def _repr_png_(self):
+            return _figure_png(self)
+
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:  # pragma: no cover - IPython is a course dependency
+        shell = None
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(GraphFigure, _figure_png)
+    return GraphFigure
+
+
+def _figure_png(fig):
+    """``(png, {"width": w, "height": h})``: the figure at RENDER_DPI, shown at DISPLAY_DPI."""
+    import io
+
+    buf = io.BytesIO()
+    with _rc(FAST_TEXT):
+        fig.savefig(buf, format="png", dpi=RENDER_DPI, facecolor="white")
+    png = buf.getvalue()
+    w, h = struct.unpack(">II", png[16:24])
+    return png, {"width": display_width(png), "height": round(h * DISPLAY_DPI / RENDER_DPI),
+                 "unconfined": True}
+
+
+def _rc(params):
+    import matplotlib as mpl
+
+    return mpl.rc_context(params)
+
+
+def display_width(png: bytes) -> int:
+    """The width in CSS pixels to show a PNG of this module at: its pixel width scaled from
+    its dpi (the pHYs chunk) to DISPLAY_DPI, so a RENDER_DPI picture shows at half width."""
+    w = struct.unpack(">I", png[16:20])[0]
+    dpi = RENDER_DPI
+    i = png.find(b"pHYs")
+    if i > 0:
+        per_metre = struct.unpack(">I", png[i + 4:i + 8])[0]
+        dpi = per_metre * 0.0254 or RENDER_DPI
+    return max(1, round(w * DISPLAY_DPI / dpi))
 
 
 _PNG_CACHE: dict[tuple, bytes] = {}
@@ -331,42 +642,45 @@ _PNG_CACHE_SIZE = 64
 
 
 def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bool,
-                dpi: int) -> tuple:
+                dpi: int, size=None) -> tuple:
     """Everything the drawing shows, as a hashable key: equal keys draw equal pictures."""
     nodes = tuple(
         (n, d["kind"], d.get("torch_class"), d.get("shape"), bool(d.get("retains_grad")),
          bool(d.get("has_hooks")), bool(d.get("is_output")), bool(d.get("highlight")),
          bool(d.get("faded")), d.get("step"),
-         format_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
+         _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
         for n, d in graph.nodes(data=True))
     edges = tuple(
         (u, v, bool(d.get("recovered")),
-         format_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
+         _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
         for u, v, d in graph.edges(data=True))
-    return nodes, edges, theme, title, show_grads, dpi
+    return nodes, edges, theme, title, show_grads, dpi, size
 
 
 def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = None,
-               show_grads: bool = True, dpi: int = 72) -> bytes:
+               show_grads: bool = True, dpi: int = RENDER_DPI, size=None) -> bytes:
     """The drawing as PNG bytes, from a figure outside pyplot (nothing to close, nothing leaks).
 
-    This is what the widgets put in their output area. Pictures are cached by what
-    they show (:func:`picture_key`), so going back to a state a learner has seen
-    (toggling a control off again, stepping back) costs about a millisecond. A new
-    state reuses one figure and canvas and the cached pictures of its texts, boxes
-    and arrows (see the module docstring), about 20 ms at 30 nodes.
+    This is what the widgets put in their output area, at ``display_width(png)`` CSS
+    pixels (``dpi`` defaults to RENDER_DPI, twice the display density). ``size``, a
+    minimum ``(w, h)`` in inches (see :func:`figure_size`), keeps an explorer's picture
+    one size while its graph changes. Pictures are cached by what they show
+    (:func:`picture_key`), so going back to a state a learner has seen (toggling a
+    control off again, stepping back) costs about a millisecond. A new state reuses one
+    figure and canvas and the cached pictures of its texts, boxes and arrows (see the
+    module docstring).
     """
-    import matplotlib as mpl
     import numpy as np
 
     themes.check_theme(theme)
-    key = picture_key(graph, theme, title, show_grads, dpi)
+    size = None if size is None else (round(float(size[0]), 3), round(float(size[1]), 3))
+    key = picture_key(graph, theme, title, show_grads, dpi, size)
     if key in _PNG_CACHE:
         return _PNG_CACHE[key]
-    with _LOCK, mpl.rc_context(FAST_TEXT):
+    with _LOCK, _rc(FAST_TEXT):
         fig, canvas, ax = _canvas(dpi)
         try:
-            _draw(graph, fig, ax, theme, title, show_grads, stamps=True)
+            _draw(graph, fig, ax, theme, title, show_grads, stamps=True, size=size)
             canvas.draw()
             png = _encode_png(np.asarray(canvas.buffer_rgba()), dpi)
         finally:
@@ -526,9 +840,8 @@ def _legend_stamp(legend: tuple, ncol: int, dpi: float) -> tuple:
     from matplotlib.transforms import IdentityTransform
 
     def add(fig, x, y):
-        return fig.legend(handles=_legend_handles(*legend), loc="lower center", ncol=ncol,
-                          fontsize=FONT, frameon=False, bbox_to_anchor=(x, y),
-                          bbox_transform=IdentityTransform())
+        return fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(x, y),
+                          bbox_transform=IdentityTransform(), **_legend_kw(ncol))
 
     return _remember(("legend", legend, ncol, dpi), lambda: _rasterise(dpi, add))
 

@@ -9,7 +9,10 @@ the same words everywhere (see COURSE.md). A graph node has one *kind*:
 ``function``      a backward function of torch's graph (``MulBackward0``, ``AccumulateGrad``)
 
 and may carry *marks*: ``retained`` (``retain_grad()``), ``hooked`` (a tensor hook),
-``gradient`` (a gradient value shown after ``backward()``).
+``gradient`` (a gradient value shown after ``backward()``); the ``BackwardStepper`` adds
+``step`` (the order torch ran a backward function), ``running`` (the function of the
+current step) and ``waiting`` (not run yet), and a dashed edge is ``untracked`` (an input
+torch kept no record of, added from the recipe).
 
 The tensor-kind words match ``course.facts.ROLES`` (the tensor tables), which a
 test keeps in step.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 THEMES = ("technical", "logistics", "kitchen")
 KINDS = ("parameter", "constant", "intermediate", "function")
-MARKS = ("retained", "hooked", "gradient")
+MARKS = ("retained", "hooked", "gradient", "step", "running", "waiting", "untracked")
 
 GLOSSARY: dict[str, dict[str, str]] = {
     "technical": {
@@ -30,6 +33,10 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "retained": "retain_grad()",
         "hooked": "tensor hook",
         "gradient": ".grad / gradient",
+        "step": "#n: order backward ran it",
+        "running": "backward function running now",
+        "waiting": "not run yet",
+        "untracked": "input torch kept no record of",
         "backward": "backward()",
         "output": "output",
     },
@@ -41,6 +48,10 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "retained": "temporary monitor (retain_grad)",
         "hooked": "inspection probe (hook)",
         "gradient": "efficiency report (gradient)",
+        "step": "#n: order the reports came back",
+        "running": "rule tracing its report now",
+        "waiting": "report not back yet",
+        "untracked": "parcel handed over without a waybill",
         "backward": "trace reports back along the route",
         "output": "final delivery",
     },
@@ -52,18 +63,53 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "retained": "cold-chain warehouse (retain_grad)",
         "hooked": "tasting spoon (hook)",
         "gradient": "origin record (gradient)",
+        "step": "#n: order of the tracing",
+        "running": "recipe step being traced now",
+        "waiting": "not traced yet",
+        "untracked": "added as is, no recipe record",
         "backward": "trace every ingredient back to its origin",
         "output": "finished dish",
     },
 }
 
-# Short role words printed under a tensor's name inside a drawn node.
+# The role word printed under a tensor's name inside a drawn node: the glossary's own word,
+# so that a node, the legend, the tensor table and the messages say the same thing.
 SHORT_ROLE: dict[str, dict[str, str]] = {
-    "technical": {"parameter": "leaf", "constant": "no grad", "intermediate": "non-leaf"},
-    "logistics": {"parameter": "sorting centre", "constant": "parcel",
-                  "intermediate": "transit station"},
-    "kitchen": {"parameter": "ingredient", "constant": "bottled sauce",
-                "intermediate": "dish in progress"},
+    theme: {kind: GLOSSARY[theme][kind] for kind in ("parameter", "constant", "intermediate")}
+    for theme in THEMES
+}
+
+# What the explorers say when torch refuses something, or a hook sees a gradient, in each
+# theme's words ({name}: the tensor, {output}: the scenario's output, {grad}: the values).
+MESSAGES: dict[str, dict[str, str]] = {
+    "technical": {
+        "no_backward": "Nothing to backpropagate: {output} does not require grad (no input "
+                       "that requires grad reaches it through recorded operations).",
+        "no_hook": "{name} does not require grad: torch computes no gradient for it, so a "
+                   "tensor hook cannot be registered.",
+        "no_retain": "{name} does not require grad: there is no gradient to retain.",
+        "hook_saw": "tensor hook on {name} saw gradient {grad}",
+    },
+    "logistics": {
+        "no_backward": "No report to trace back: no audited route reaches {output} (its "
+                       "inputs are ordinary parcels, or its waybill history was cut).",
+        "no_hook": "An inspection probe (hook) needs a route that is audited: {name} is an "
+                   "ordinary parcel, nobody audits it.",
+        "no_retain": "A temporary monitor (retain_grad) needs a route that is audited: {name} "
+                     "is an ordinary parcel.",
+        "hook_saw": "inspection probe (hook) on {name} saw the efficiency report (gradient) "
+                    "{grad}",
+    },
+    "kitchen": {
+        "no_backward": "Nothing to trace back: no recorded recipe step leads from a market "
+                       "ingredient to {output} (only bottled sauce, or the recipe history "
+                       "was cut).",
+        "no_hook": "A tasting spoon (hook) needs a recipe step that is recorded: {name} is "
+                   "bottled sauce, used as is.",
+        "no_retain": "A cold-chain warehouse (retain_grad) needs a recipe step that is "
+                     "recorded: {name} is bottled sauce, used as is.",
+        "hook_saw": "tasting spoon (hook) on {name} tasted the origin record (gradient) {grad}",
+    },
 }
 
 # Colours per theme; shapes and line styles are shared, so a kind looks alike in every theme.
@@ -81,7 +127,7 @@ _SHAPES = {
                   "linewidth": 1.6, "edgecolor": "#2b8a3e"},
     "constant": {"boxstyle": "square,pad=0.05", "linestyle": "--", "linewidth": 1.0,
                  "edgecolor": "#868e96"},
-    "intermediate": {"boxstyle": "round4,pad=0.05,rounding_size=0.15", "linestyle": "-",
+    "intermediate": {"boxstyle": "round4,pad=0.05,rounding_size=0.1", "linestyle": "-",
                      "linewidth": 1.0, "edgecolor": "#1c7ed6"},
     "function": {"boxstyle": "sawtooth,pad=0.05,tooth_size=0.04", "linestyle": "-",
                  "linewidth": 0.7, "edgecolor": "#495057"},
@@ -104,6 +150,11 @@ def check_theme(theme: str) -> str:
 def term(theme: str, key: str) -> str:
     """The word for ``key`` (a kind, a mark, ``'backward'`` or ``'output'``) in ``theme``."""
     return GLOSSARY[check_theme(theme)][key]
+
+
+def message(theme: str, key: str, **names) -> str:
+    """An explorer message of :data:`MESSAGES` in ``theme``, with ``names`` filled in."""
+    return MESSAGES[check_theme(theme)][key].format(**names)
 
 
 def node_style(kind: str, theme: str = "technical") -> dict:

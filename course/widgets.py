@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import os
 from dataclasses import dataclass, field
 
 from course import themes
 
 __all__ = ["Step", "Scenario", "Controls", "Run", "SCENARIOS", "run_scenario",
-           "GraphExplorer", "BackwardStepper", "static_mode"]
+           "GraphExplorer", "BackwardStepper", "static_mode", "picture_size", "explain"]
 
 NONE = "(none)"
 
@@ -196,6 +197,52 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
     return Run(tensors, env, output, graph, seen, messages)
 
 
+def picture_size(scenario: Scenario | str, controls: Controls | None = None,
+                 theme: str = "logistics") -> tuple:
+    """One figure size (inches) for every picture an explorer of ``scenario`` shows in
+    ``theme``.
+
+    The largest :func:`course.draw.figure_size` over the states one click away from
+    ``controls`` (each ``requires_grad`` flipped, all off, each ``detach``/``no_grad``
+    choice), with room in the legend for every mark the controls can add: the picture
+    keeps its size while the learner clicks, so nothing below it jumps.
+    """
+    from course.draw import figure_size
+
+    scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    base = controls or Controls(requires_grad=scenario_inputs(scenario))
+    rg = dict(base.requires_grad)
+    states = [Controls(requires_grad=rg)]
+    states += [Controls(requires_grad={**rg, n: not v}) for n, v in rg.items()]
+    states.append(Controls(requires_grad=dict.fromkeys(rg, False)))
+    tensors_ = [n for n in scenario.step_names() if n not in scenario.step_names("module")]
+    states += [Controls(requires_grad=rg, detach=n) for n in tensors_]
+    states += [Controls(requires_grad=rg, no_grad=n) for n in scenario.step_names("op")]
+    width = height = 0.0
+    for c in states:
+        g = run_scenario(scenario, c).graph
+        tensors = [n for n, d in g.nodes(data=True) if d["kind"] != "function"]
+        if tensors:  # the marks a later click can add: retain_grad, a hook, gradients
+            g.nodes[tensors[-1]].update(retains_grad=True, has_hooks=True)
+        w, h = figure_size(g, theme, scenario.title, legend_extra=("gradient",))
+        width, height = max(width, w), max(height, h)
+    return round(width, 3), round(height, 3)
+
+
+def explain(message: str, theme: str, output: str) -> str:
+    """A torch error message of a run, said first in the theme's words (torch's text kept)."""
+    name = message.split(".", 1)[0]
+    if "backward()" in message and "does not require grad" in message:
+        key = "no_backward"
+    elif "register_hook" in message:
+        key = "no_hook"
+    elif "retain_grad" in message:
+        key = "no_retain"
+    else:
+        return message
+    return f"{themes.message(theme, key, name=name, output=output)} (torch: {message})"
+
+
 def _attempt(messages: list, what: str, action, *args) -> None:
     """Run ``action``; a torch error becomes a message for the learner (first sentence)."""
     try:
@@ -204,12 +251,21 @@ def _attempt(messages: list, what: str, action, *args) -> None:
         messages.append(f"{what} raised RuntimeError: {str(exc).splitlines()[0]}")
 
 
-def _png_widget_output(out, png: bytes) -> None:
-    """The reliable redraw: replace the output area's content with one PNG."""
+def _png_image(png: bytes):
+    """An IPython ``Image`` of a ``course.draw`` PNG, shown at its display width (a 2x PNG at
+    half its pixel width: crisp on high-density displays, body-text size at 100 % zoom)."""
     from IPython.display import Image
 
+    from course.draw import display_width
+
+    # unconfined: a graph wider than the notebook scrolls sideways instead of shrinking its text
+    return Image(data=png, format="png", width=display_width(png), unconfined=True)
+
+
+def _png_widget_output(out, png: bytes) -> None:
+    """The reliable redraw: replace the output area's content with one PNG."""
     out.outputs = ()
-    out.append_display_data(Image(data=png, format="png"))
+    out.append_display_data(_png_image(png))
 
 
 class _Twin:
@@ -224,10 +280,10 @@ class _Twin:
         return ""
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, Image, display
+        from IPython.display import HTML, display
 
         if self.widget is None or static_mode():
-            display(Image(data=self.static_png(), format="png"))
+            display(_png_image(self.static_png()))
             if self._static_html():
                 display(HTML(self._static_html()))
         else:
@@ -243,15 +299,18 @@ class GraphExplorer(_Twin):
     """
 
     def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
-                 dpi: int = 72):
+                 dpi: int | None = None):
+        from course.draw import RENDER_DPI
+
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.theme = themes.check_theme(theme)
-        self.dpi = dpi
+        self.dpi = dpi or RENDER_DPI
         self.state = Controls(requires_grad=scenario_inputs(self.scenario))
         self.run: Run | None = None
         self.png = b""
         self.table_html = ""
         self.controls: dict = {}
+        self.sizes: dict[str, tuple] = {}   # theme -> the picture's fixed size (inches)
         self._recompute()
         if not static_mode():
             self._build_widgets()
@@ -273,18 +332,26 @@ class GraphExplorer(_Twin):
         return self
 
     def _recompute(self) -> None:
-        from course.draw import render_png
+        from course.draw import figure_size, render_png
         from course.facts import tensor_table
 
         self.run = run_scenario(self.scenario, self.state)
-        self.png = render_png(self.run.graph, self.theme, title=self.scenario.title, dpi=self.dpi)
+        if self.theme not in self.sizes:
+            self.sizes[self.theme] = picture_size(self.scenario, self.state, self.theme)
+        size = self.sizes[self.theme]
+        needed = figure_size(self.run.graph, self.theme, self.scenario.title)
+        if needed[0] > size[0] or needed[1] > size[1]:  # a state not foreseen: grow once
+            size = self.sizes[self.theme] = (max(size[0], needed[0]), max(size[1], needed[1]))
+        self.png = render_png(self.run.graph, self.theme, title=self.scenario.title,
+                              dpi=self.dpi, size=size)
         self.table_html = tensor_table(self.theme, **self.run.tensors)._repr_html_()
 
     def status(self) -> str:
-        """What torch said in the last run: errors, and what the hook saw."""
-        lines = list(self.run.messages)
-        word = themes.term(self.theme, "hooked")
-        lines += [f"{word} on {name} saw gradient {g.flatten().tolist()}"
+        """What torch said in the last run, in the theme's words: errors (with torch's own
+        message), and what the hook saw."""
+        lines = [explain(m, self.theme, self.scenario.output) for m in self.run.messages]
+        lines += [themes.message(self.theme, "hook_saw", name=name,
+                                 grad=str(g.flatten().tolist()))
                   for name, g in self.run.hook_seen]
         return "\n".join(lines)
 
@@ -307,8 +374,8 @@ class GraphExplorer(_Twin):
         s = self.scenario
         toggles = {}
         for name, flag in self.state.requires_grad.items():
-            t = w.ToggleButton(value=flag, description=f"{name}.requires_grad",
-                               layout=w.Layout(width="auto"))
+            t = w.Checkbox(value=flag, description=f"{name}.requires_grad", indent=False,
+                           layout=w.Layout(width="auto", margin="0 1.2em 0 0"))
             t.add_class(f"ge-requires-grad-{name.replace('.', '-')}")
             t.observe(lambda ch, n=name: self.set(requires_grad={n: ch["new"]}), "value")
             toggles[name] = t
@@ -322,8 +389,8 @@ class GraphExplorer(_Twin):
             d.observe(lambda ch: self.set(**{key: ch["new"]}), "value")
             return d
 
-        backward = w.ToggleButton(value=False, description=f"{s.output}.backward()",
-                                  icon="arrow-left", button_style="warning")
+        backward = w.Checkbox(value=False, description=f"{s.output}.backward()", indent=False,
+                              layout=w.Layout(width="auto", margin="0 1.2em 0 0"))
         backward.add_class("ge-backward")
         backward.observe(lambda ch: self.set(backward=ch["new"]), "value")
         theme = w.Dropdown(options=list(themes.THEMES), value=self.theme, description="theme")
@@ -439,13 +506,19 @@ class BackwardStepper(_Twin):
     """
 
     def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
-                 controls: Controls | None = None, dpi: int = 72):
+                 controls: Controls | None = None, dpi: int | None = None):
+        from course.draw import RENDER_DPI, figure_size
+
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.theme = themes.check_theme(theme)
-        self.dpi = dpi
+        self.dpi = dpi or RENDER_DPI
         self.graph, self.events = record_backward(self.scenario, controls)
         self.position = 0
         self.png = b""
+        # one size for every step, so the picture does not jump while stepping
+        sizes = [figure_size(self._graph_at(k), self.theme, self.scenario.title)
+                 for k in range(len(self.events) + 1)]
+        self.size = (max(w for w, _ in sizes), max(h for _, h in sizes))
         self._render()
         if not static_mode():
             self._build_widgets()
@@ -476,9 +549,12 @@ class BackwardStepper(_Twin):
         from course.draw import format_grad
 
         k = self.position if position is None else position
+        term = functools.partial(themes.term, self.theme)
         if k == 0:
-            return (f"Before backward: {self.scenario.output}.backward() starts with gradient 1 "
-                    f"at {self.scenario.output}. {len(self.events)} steps, order recorded from torch.")
+            how = "" if self.theme == "technical" else f" ({term('backward')})"
+            return (f"Before backward{how}: {self.scenario.output}.backward() starts with "
+                    f"gradient 1 at {self.scenario.output}. {len(self.events)} steps, order "
+                    "recorded from torch.")
         e = self.events[k - 1]
         arriving = ", ".join(format_grad(g) for g in e.arriving if g is not None) or "-"
         what = f" (gradient of {e.tensor})" if e.tensor else ""
@@ -486,9 +562,15 @@ class BackwardStepper(_Twin):
         if e.sent:
             text += "; sends " + ", ".join(f"{format_grad(g)} to {p}" for p, g in e.sent)
         if e.stored_in:
-            text += f". Stored in {e.stored_in}.grad"
+            d = self.graph.nodes[e.stored_in]
+            why = (f"a {term('parameter')}" if d["kind"] == "parameter"
+                   else f"kept by the {term('retained')}")
+            text += f". Stored in {e.stored_in}.grad ({why})"
         elif e.tensor:
-            text += f". Not stored: {e.tensor}.grad stays None (computed, passed on, discarded)"
+            kind = self.graph.nodes[e.tensor]["kind"] if e.tensor in self.graph else None
+            what = f"a {term(kind)}: " if kind in themes.KINDS else ""
+            text += (f". Not stored: {e.tensor}.grad stays None ({what}computed, passed on, "
+                     "discarded)")
         return text + "."
 
     def _graph_at(self, k: int, final: bool = False):
@@ -532,7 +614,7 @@ class BackwardStepper(_Twin):
         from course.draw import render_png
 
         self.png = render_png(self._graph_at(self.position), self.theme,
-                              title=self.scenario.title, dpi=self.dpi)
+                              title=self.scenario.title, dpi=self.dpi, size=self.size)
 
     def _build_widgets(self) -> None:
         import ipywidgets as w

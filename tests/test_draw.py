@@ -153,7 +153,7 @@ def plain_matplotlib_pixels(g, theme: str, title: str):
 
     from course import draw
 
-    fig = Figure(dpi=72)
+    fig = Figure(dpi=draw.RENDER_DPI)
     canvas = FigureCanvasAgg(fig)
     draw._draw(g, fig, None, theme, title, True)
     with matplotlib.rc_context(draw.FAST_TEXT):

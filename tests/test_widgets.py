@@ -79,6 +79,8 @@ def test_detach_no_grad_retain_and_hook_controls():
     ex.controls["hook"].value = "d"
     assert ex.run.graph.nodes["d"]["has_hooks"] and ex.png != png
     assert [(n, g.item()) for n, g in ex.run.hook_seen] == [("d", 5.0)]
+    assert "saw the efficiency report (gradient) [5.0]" in ex.status_html.value  # logistics
+    ex.set(theme="technical")
     assert "saw gradient [5.0]" in ex.status_html.value
 
 
@@ -88,6 +90,52 @@ def test_torch_errors_become_messages():
     assert "does not require grad" in ex.status()
     ex.set(hook="a")  # a hook on a tensor that does not require grad
     assert "register_hook" in ex.status()
+
+
+def test_kitchen_messages_use_kitchen_words():
+    ex = GraphExplorer("kitchen", theme="kitchen")
+    ex.set(hook="dough", backward=True)
+    assert "tasting spoon (hook) on dough tasted the origin record (gradient)" in ex.status()
+    ex.set(requires_grad={"flour": False}, hook=widgets.NONE)
+    status = ex.status()
+    assert "Nothing to trace back" in status and "market ingredient" in status
+    assert "does not require grad" in status  # torch's own words are kept
+    ex.set(hook="water")
+    assert "tasting spoon (hook)" in ex.status() and "bottled sauce" in ex.status()
+    bs = BackwardStepper("kitchen", theme="kitchen")
+    assert "semi-finished dish" in bs.describe(1)
+    assert "a market ingredient" in bs.describe(len(bs.events))
+
+
+def test_controls_are_checkboxes_as_the_lessons_say_tick():
+    import ipywidgets as w
+
+    ex = GraphExplorer("seed003")
+    assert all(isinstance(c, w.Checkbox) for c in ex.controls["requires_grad"].values())
+    assert isinstance(ex.controls["backward"], w.Checkbox)
+
+
+def test_picture_keeps_its_size_while_clicking():
+    import io
+
+    from PIL import Image
+
+    from course import draw
+
+    def size(png):
+        return Image.open(io.BytesIO(png)).size
+
+    ex = GraphExplorer("seed003", theme="logistics")
+    first = size(ex.png)
+    for change in ({"requires_grad": {"a": False}}, {"backward": True}, {"detach": "c"},
+                   {"no_grad": "d"}, {"retain": "c"}, {"hook": "d"},
+                   {"requires_grad": {"a": True, "b": False}}, {"detach": widgets.NONE}):
+        ex.set(**change)
+        assert size(ex.png) == first, change
+    assert draw.display_width(ex.png) == round(first[0] / 2)  # 2x pixels, shown at 1x
+    bs = BackwardStepper("kitchen", theme="kitchen")
+    sizes = {size(bs.goto(k).png) for k in range(len(bs.events) + 1)}
+    assert len(sizes) == 1
 
 
 def test_theme_switch_redraws():
