@@ -5,7 +5,12 @@ writes the standard gradebook and ``autograded/`` as ``nbgrader autograde`` does
 progress line and a summary, and writes a JSON and a CSV report listing every submission
 with its status and reason. Exit status: 0 when every submission was graded, 1 when any
 could not be, 2 when grading could not start (for example: no sandbox here and no
-``--no-sandbox``).
+``--no-sandbox``, or another run grading the same course), 128+N when signal N stopped it.
+
+Stopping and resuming: Ctrl-C (or SIGTERM) stops taking submissions and finishes the ones
+being executed (a second Ctrl-C abandons those too); everything not finished is rolled back
+and listed as "not graded". However a run ends, ``kill -9`` and power cuts included, the next
+run grades every submission that is not fully graded (:mod:`autograder.grading.state`).
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.grading.report import Outcome, Progress, summary, write_reports
 from autograder.grading.sandbox import Limits, Worker, sandbox_problem
+from autograder.grading.state import CourseBusy, CourseLock, new_scratch, remove_stale_scratch
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -42,6 +49,7 @@ class GradeResult:
     elapsed: float
     report: Path | None
     exit_code: int
+    stopped_by: int | None = None  # the signal that stopped the run, if one did
 
 
 class GradeRefused(RuntimeError):
@@ -70,16 +78,12 @@ def _make_app(course: Path, assignment: str, force: bool, log_file: Path):
 def grade(course: Path, assignment: str, *, workers: int | None = None,
           students: list[str] | None = None, limits: Limits | None = None,
           force: bool = False, sandbox: bool = True, report: Path | None = None,
-          progress_stream=None, quiet: bool = False) -> GradeResult:
+          progress_stream=None, quiet: bool = False, wait: bool = False) -> GradeResult:
     """Grade ``submitted/*/ASSIGNMENT`` of ``course``; see the module docstring."""
     # jsonschema (through nbformat) imports the optional rfc3987_syntax, which compiles a
     # grammar at import (1-3 s); only its "iri" format checker needs it, and nbformat's
     # schema has no such format: keep it out of the driver
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-    from nbgrader.converters.base import NbGraderException
-
-    from autograder.grading.engine import ParallelAutograde
-
     course = course.resolve()
     limits = limits or Limits()
     if sandbox:
@@ -104,26 +108,88 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
     lessons = [assignment] if importlib.util.find_spec(
         f"autograder.lessons.l{assignment}") is not None else []
 
+    lock = CourseLock(course)
+    try:
+        lock.acquire(assignment, wait=wait, on_wait=lambda who: print(
+            f"autograder grade: waiting for {who} to finish...", file=sys.stderr, flush=True))
+    except CourseBusy as exc:
+        raise GradeRefused(str(exc)) from None
+    try:
+        return _grade_locked(course, assignment, n=n, students=students, limits=limits,
+                             force=force, sandbox=sandbox, report=report, log_file=log_file,
+                             lessons=lessons, progress_stream=progress_stream, quiet=quiet)
+    finally:
+        lock.release()
+
+
+class _Checkpoint:
+    """Keeps the report on disk current while the run goes (so a killed run leaves one
+    that says it did not finish and lists what was graded), at most every few seconds."""
+
+    def __init__(self, report: Path, meta: dict, every: float = 5.0) -> None:
+        self.report, self.meta, self.every = report, meta, every
+        self.last = 0.0
+        self.outcomes: list[Outcome] = []
+
+    def write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= self.every:
+            self.last = now
+            write_reports(self.outcomes, self.report, self.meta)
+
+
+def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Limits,
+                  force: bool, sandbox: bool, report: Path, log_file: Path, lessons: list[str],
+                  progress_stream, quiet: bool) -> GradeResult:
+    from nbgrader.converters.base import NbGraderException
+
+    from autograder.grading.engine import ParallelAutograde
+
     t0 = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="autograder-grade-"))
-    scratch.chmod(0o711)
+    remove_stale_scratch()  # of runs that were killed before they could clean up
+    scratch = new_scratch()
     pool = [Worker(i, scratch, limits, sandbox=sandbox, course_root=course, lessons=lessons)
             for i in range(n)]
+    meta = {"assignment": assignment, "course": str(course), "workers": n,
+            "sandbox": sandbox, "limits": {k: v for k, v in vars(limits).items()}}
+    checkpoint = _Checkpoint(report, {**meta, "finished": False, "note": (
+        "this run has not finished (or was killed): submissions not listed here have not "
+        "been graded by it; run `autograder grade` again")})
     cwd = os.getcwd()
+    conv = None
+    handlers: dict[int, object] = {}
+
+    def on_signal(signum, frame) -> None:
+        if conv is None:
+            raise KeyboardInterrupt
+        first = conv.stop_signal is None
+        conv.request_stop(signum)
+        print("\nautograder grade: " + (
+            f"stopping ({signal.Signals(signum).name}): finishing the submissions being "
+            "executed, starting no new ones; press Ctrl-C again to abandon them too"
+            if first else "abandoning the submissions being executed (they are rolled back)"),
+            file=sys.stderr, flush=True)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, on_signal)
     try:
         os.chdir(course)
         app = _make_app(course, assignment, force, log_file)
         progress = None
 
         def on_outcome(outcome: Outcome) -> None:
+            checkpoint.outcomes.append(outcome)
             if progress is not None:
                 progress.update(outcome)
+            checkpoint.write()
 
         conv = ParallelAutograde(coursedir=app.coursedir, parent=app, workers=pool,
                                  limits=limits, students=students, on_outcome=on_outcome)
         conv.init_notebooks()
         if not quiet:
             progress = Progress(len(conv.assignments), progress_stream)
+        checkpoint.write(force=True)
         conv.init_notebooks = lambda: None  # already done; start() would redo it
         try:
             conv.start()
@@ -131,18 +197,24 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
             raise GradeRefused(str(exc)) from exc
         outcomes = conv.outcomes
     finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
         os.chdir(cwd)
         for w in pool:
             w.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     _fill_scores(course, assignment, outcomes, app)
     elapsed = time.monotonic() - t0
-    meta = {"assignment": assignment, "course": str(course), "workers": n,
-            "sandbox": sandbox, "elapsed_s": round(elapsed, 2),
-            "limits": {k: v for k, v in vars(limits).items()}}
+    stopped_by = conv.stop_signal
+    meta.update({"elapsed_s": round(elapsed, 2), "finished": stopped_by is None})
+    if stopped_by is not None:
+        meta["stopped_by"] = signal.Signals(stopped_by).name
     write_reports(outcomes, report, meta)
-    code = 1 if any(o.status == "failed" for o in outcomes) else 0
-    return GradeResult(outcomes, elapsed, report, code)
+    if stopped_by is not None:
+        code = 128 + stopped_by
+    else:
+        code = 1 if any(o.status == "failed" for o in outcomes) else 0
+    return GradeResult(outcomes, elapsed, report, code, stopped_by)
 
 
 def _fill_scores(course: Path, assignment: str, outcomes: list[Outcome], app) -> None:
@@ -150,7 +222,7 @@ def _fill_scores(course: Path, assignment: str, outcomes: list[Outcome], app) ->
 
     with Gradebook(app.coursedir.db_url, app.coursedir.course_id) as gb:
         for o in outcomes:
-            if o.status == "failed":
+            if o.status in ("failed", "not graded"):
                 continue
             try:
                 sub = gb.find_submission(assignment, o.student)
@@ -192,6 +264,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="JSON report (a CSV is written beside it; default: "
                         "grade-reports/ASSIGNMENT.json)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.add_argument("--wait", action="store_true",
+                   help="if another run is grading this course, wait for it instead of "
+                        "refusing")
     p.set_defaults(func=main)
     return p
 
@@ -206,13 +281,20 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = grade(Path(args.course), args.assignment, workers=args.workers,
                        students=args.student, limits=limits, force=args.force,
-                       sandbox=not args.no_sandbox, report=args.report, quiet=args.quiet)
+                       sandbox=not args.no_sandbox, report=args.report, quiet=args.quiet,
+                       wait=args.wait)
     except GradeRefused as exc:
         print(f"autograder grade: {exc}", file=sys.stderr)
         return 2
     print(summary(result.outcomes, result.elapsed))
     print(f"report: {result.report} and {result.report.with_suffix('.csv')}")
-    if result.exit_code:
+    if result.stopped_by is not None:
+        left = [o for o in result.outcomes if o.status == "not graded"]
+        done = sum(o.status in ("graded", "problems") for o in result.outcomes)
+        print(f"stopped by {signal.Signals(result.stopped_by).name}: {done} graded in this run, "
+              f"{len(left)} not graded. Run `autograder grade {args.assignment}` again to grade "
+              "them; nothing graded is graded twice.", file=sys.stderr)
+    elif result.exit_code:
         n = sum(o.status == "failed" for o in result.outcomes)
         print(f"{n} submission(s) could not be graded: see the reasons above.", file=sys.stderr)
     return result.exit_code

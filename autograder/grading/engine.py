@@ -59,6 +59,7 @@ from traitlets.config import Config
 from autograder.grading.execute import WorkerExecute
 from autograder.grading.report import Outcome
 from autograder.grading.sandbox import Limits, Worker
+from autograder.grading.state import Ledger, crash_point, fingerprint, fully_scored
 
 MAX_NOTEBOOK_BYTES = 50 << 20  # a bigger submitted notebook is not read at all
 MAX_EXTRA_FILE_BYTES = 50 << 20  # a bigger extra file is not copied to autograded/
@@ -345,6 +346,8 @@ class Job:
     sanitized: list[str]  # their sanitized copies in autograded/
     outcome: Outcome
     t0: float
+    fingerprint: str = ""  # of the submitted files being graded (see state.Ledger)
+    abandoned: bool = False  # its worker was killed by a second Ctrl-C: roll it back
     executed: dict[str, nbformat.NotebookNode] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -365,6 +368,14 @@ class ParallelAutograde(Autograde):
         self.problem_folders: dict[str, str] = {}  # submission folder -> why it has no notebook
         self._replay = None
         self._add_missing = True
+        self.ledger: Ledger | None = None
+        self._fingerprint = ""
+        self._resumed = False
+        # set by request_stop() (a signal handler): stop taking submissions; abandon also
+        # kills the workers and rolls back what they were executing
+        self.stop_signal: int | None = None
+        self.abandon = False
+        self._abandoned = False
         _check_metadata_schema_once()
         _reuse_gradebook_engines()
         c = Config()
@@ -426,6 +437,73 @@ class ParallelAutograde(Autograde):
             except MissingEntry:
                 return []
 
+    # -- stopping
+    def request_stop(self, signum: int) -> None:
+        """First call: finish what the workers are executing, start nothing new. Second
+        call: abandon that too (its submissions are rolled back, visibly not graded)."""
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        else:
+            self.abandon = True
+
+    # -- graded or not (see autograder.grading.state)
+    def _nbgrader_state(self, assignment: str, student: str, dest: str) -> str:
+        """No ledger row (graded by stock nbgrader, or by an older driver): ``'changed'``
+        when the submission is newer than ``autograded/`` (nbgrader's rule), else
+        ``'graded'`` when every grade cell has a score, else ``'half'``."""
+        src = self._format_source(assignment, student)
+        new = self.coursedir.get_existing_timestamp(src)
+        old = self.coursedir.get_existing_timestamp(dest)
+        if new is not None and old is not None and new > old:
+            return "changed"
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            return "graded" if fully_scored(gb, assignment, student) else "half"
+
+    def init_destination(self, assignment_id: str, student_id: str) -> bool:
+        """Skip only what is fully graded for the files it has now; else start it afresh.
+
+        Replaces nbgrader's rule ("``autograded/`` exists and is not older"), which takes a
+        submission that a killed run had only sanitized for graded.
+        """
+        if self.coursedir.student_id_exclude and \
+                student_id in self.coursedir.student_id_exclude.split(","):
+            return False
+        assert self.ledger is not None
+        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
+        row = self.ledger.get(assignment_id, student_id)
+        complete = os.path.isdir(dest) and all(
+            os.path.isfile(os.path.join(dest, os.path.basename(nb))) for nb in self.notebooks)
+        if row is not None:
+            self._resumed = row[0] == "grading"
+            if not self.force and complete and row == ("graded", self._fingerprint):
+                return False
+        elif os.path.exists(dest):
+            state = self._nbgrader_state(assignment_id, student_id, dest) \
+                if complete else "half"
+            if not self.force and state == "graded":
+                return False
+            self._resumed = state == "half"
+        else:
+            self._resumed = False
+        # recorded as being graded *before* anything is removed or written
+        self.ledger.begin(assignment_id, student_id, self._fingerprint)
+        if os.path.exists(dest):
+            rmtree(dest)
+        return True
+
+    def _roll_back(self, job: Job, why: str) -> None:
+        """Leave a submission visibly not graded: nothing in autograded/, no ledger row."""
+        self._handle_failure(job.assignment, job.student, job.submitted)
+        try:  # the student's folder too, if this submission was all it held
+            os.rmdir(os.path.dirname(os.path.normpath(
+                self._format_dest(job.assignment, job.student))))
+        except OSError:
+            pass
+        assert self.ledger is not None
+        self.ledger.clear(job.assignment, job.student)
+        job.outcome.status = "not graded"
+        job.outcome.reasons = [f"{why}; re-run `autograder grade` to grade it"]
+
     # -- phase 1: sanitize (driver)
     def _handle_failure(self, assignment: str, student: str, notebooks: list[str],
                         whole: bool = True) -> None:
@@ -467,16 +545,23 @@ class ParallelAutograde(Autograde):
                          f"{', '.join(u + '.ipynb' for u in unknown)} (renamed?)")
         self.notebooks = [p for p in notebooks
                           if os.path.splitext(os.path.basename(p))[0] in known]
+        assert self.ledger is not None
+        self._fingerprint = fingerprint(Path(folder), leave_out)
         if not self.notebooks:
             outcome.fail("no gradable notebook in the submission"
                          + (f" (expected {', '.join(k + '.ipynb' for k in known)})"
                             if known else ""))
+            self.ledger.begin(assignment, student, self._fingerprint)
             self._zero_missing(assignment, student)
+            self.ledger.clear(assignment, student)
             return None
         if not self.init_destination(assignment, student):
             outcome.status = "skipped"
             outcome.reasons.append("already graded and unchanged since (use --force)")
             return None
+        if self._resumed:
+            outcome.reasons.append("an earlier grading run stopped part-way through this "
+                                   "submission: graded again from the start")
         self.run_pre_convert_hook()
         saved_ignore = list(self.coursedir.ignore)
         self.coursedir.ignore = saved_ignore + [glob.escape(n) for n in leave_out]
@@ -489,7 +574,9 @@ class ParallelAutograde(Autograde):
             self._sanitize_one(path, outcome)
             sanitized.append(os.path.join(self._format_dest(assignment, student),
                                           os.path.basename(path)))
-        return Job(student, assignment, list(self.notebooks), sanitized, outcome, 0.0)
+            crash_point("sanitize")
+        return Job(student, assignment, list(self.notebooks), sanitized, outcome, 0.0,
+                   fingerprint=self._fingerprint)
 
     def _sanitize_one(self, path: str, outcome: Outcome) -> None:
         self._sanitizing = True
@@ -544,9 +631,14 @@ class ParallelAutograde(Autograde):
         if not graded_any:
             outcome.fail("; ".join(job.errors) or "no notebook could be executed")
             self._handle_failure(job.assignment, job.student, job.submitted)
+            assert self.ledger is not None
+            self.ledger.clear(job.assignment, job.student)
             return
         self.set_permissions(job.assignment, job.student)
         self.run_post_convert_hook()
+        crash_point("score")
+        assert self.ledger is not None  # scores and autograded/ written: now it is graded
+        self.ledger.done(job.assignment, job.student, job.fingerprint)
 
     # -- the pipeline
     def _worker_loop(self, worker: Worker, jobs: queue.Queue, results: queue.Queue) -> None:
@@ -554,6 +646,10 @@ class ParallelAutograde(Autograde):
             job = jobs.get()
             if job is None:
                 return
+            if self.abandon:
+                job.abandoned = True
+                results.put(job)
+                continue
             try:
                 self._execute(worker, job)
             except Exception as exc:  # never lose a job
@@ -569,6 +665,9 @@ class ParallelAutograde(Autograde):
     def _execute(self, worker: Worker, job: Job) -> None:
         for path in job.sanitized:
             name = os.path.basename(path)
+            if self.abandon:  # a second Ctrl-C: no worker is started again
+                job.abandoned = True
+                return
             try:
                 self._ensure_worker(worker)
             except Exception as exc:
@@ -580,6 +679,7 @@ class ParallelAutograde(Autograde):
             nb = nbformat.read(path, as_version=4)
             t0 = time.monotonic()
             worker.stage_job(files)
+            crash_point("execute")
             ep = WorkerExecute(worker, self.limits, parent=self)
             try:
                 executed, _ = ep.preprocess(nb, {"metadata": {"path": str(dest)}})
@@ -601,6 +701,16 @@ class ParallelAutograde(Autograde):
                     worker.stop()  # restarted for the next job
                 job.busy += time.monotonic() - t0
 
+    def _kill_workers(self, in_flight: dict[int, Job]) -> None:
+        """Second Ctrl-C: what the workers are executing is abandoned and rolled back."""
+        self._abandoned = True
+        for job in in_flight.values():
+            job.abandoned = True
+        for w in self.workers:
+            proc = w.proc
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
     def convert_notebooks(self) -> None:
         jobs: queue.Queue = queue.Queue()
         results: queue.Queue = queue.Queue()
@@ -609,8 +719,12 @@ class ParallelAutograde(Autograde):
                    for w in self.workers]
         for t in threads:
             t.start()
-        pending = 0
-        known = self._known_notebooks(self.coursedir.assignment_id)
+        known = self._known_notebooks(self.coursedir.assignment_id)  # opens the gradebook
+        self.ledger = Ledger(self.coursedir.db_url)
+        # prepare only a little ahead of the workers: a stopped run leaves few half-done
+        # submissions to roll back, and the driver scores while the workers execute
+        max_ahead = len(self.workers) + 1
+        in_flight: dict[int, Job] = {}
 
         def finish(outcome: Outcome, t0: float, busy: float = 0.0) -> None:
             outcome.seconds = busy + time.monotonic() - t0
@@ -626,6 +740,8 @@ class ParallelAutograde(Autograde):
             except Exception as exc:
                 job.outcome.fail(f"scoring failed: {exc!r}")
                 self._handle_failure(job.assignment, job.student, job.submitted)
+                assert self.ledger is not None
+                self.ledger.clear(job.assignment, job.student)
             finally:
                 self.log.removeHandler(capture)
             for msg in capture.messages:
@@ -634,8 +750,33 @@ class ParallelAutograde(Autograde):
                     job.outcome.note(reason)
             finish(job.outcome, t0, job.busy)
 
+        def handle(job: Job) -> None:
+            in_flight.pop(id(job), None)
+            if job.abandoned:
+                t0 = time.monotonic()
+                self._roll_back(job, "the run was stopped while this submission was being "
+                                "executed")
+                finish(job.outcome, t0, job.busy)
+            else:
+                score(job)
+
+        def take(block: bool) -> Job | None:
+            while True:
+                if self.abandon and not self._abandoned:
+                    self._kill_workers(in_flight)
+                try:
+                    return results.get(timeout=0.2) if block else results.get_nowait()
+                except queue.Empty:
+                    if not block:
+                        return None
+
+        folders = sorted(self.assignments)
+        started = 0
         try:
-            for folder in sorted(self.assignments):
+            for folder in folders:
+                if self.stop_signal is not None:
+                    break
+                started += 1
                 t0 = time.monotonic()
                 student = Path(folder).parent.name
                 outcome = Outcome(student, notebooks=[os.path.basename(p) for p in
@@ -651,6 +792,7 @@ class ParallelAutograde(Autograde):
                         gd = self._ids(folder)
                         self._handle_failure(gd["assignment_id"], gd["student_id"],
                                              self.assignments[folder])
+                        self.ledger.clear(gd["assignment_id"], gd["student_id"])
                     except Exception:
                         pass
                 finally:
@@ -665,22 +807,41 @@ class ParallelAutograde(Autograde):
                     continue
                 job.t0 = t0
                 job.busy = time.monotonic() - t0
-                if not pending and not any(w.alive() for w in self.workers):
+                if not in_flight and not any(w.alive() for w in self.workers):
                     for w in self.workers:  # first job: they import torch meanwhile
                         w.start()
+                in_flight[id(job)] = job
                 jobs.put(job)
-                pending += 1
-                while True:  # score what has come back meanwhile
+                while in_flight:  # score what has come back; wait when far enough ahead
+                    done = take(block=len(in_flight) >= max_ahead)
+                    if done is None:
+                        break
+                    handle(done)
+            if self.stop_signal is not None:
+                # queued but not taken by a worker: roll back, it was never executed
+                while True:
                     try:
-                        done = results.get_nowait()
+                        job = jobs.get_nowait()
                     except queue.Empty:
                         break
-                    pending -= 1
-                    score(done)
-            while pending:
-                score(results.get())
-                pending -= 1
+                    if job is None:
+                        continue
+                    in_flight.pop(id(job), None)
+                    t0 = time.monotonic()
+                    self._roll_back(job, "the run was stopped before this submission was "
+                                    "executed")
+                    finish(job.outcome, t0, job.busy)
+            while in_flight:
+                done = take(block=True)
+                if done is not None:
+                    handle(done)
         finally:
             for _ in threads:
                 jobs.put(None)
-
+        for folder in folders[started:]:
+            outcome = Outcome(Path(folder).parent.name, status="not graded",
+                              notebooks=[os.path.basename(p) for p in self.assignments[folder]])
+            outcome.reasons.append("the run was stopped before this submission; re-run "
+                                   "`autograder grade` to grade it")
+            self.outcomes.append(outcome)
+        self.ledger.close()

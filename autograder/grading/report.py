@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,9 @@ from pathlib import Path
 #           (a repaired or restored cell, a kernel that died, a timeout, dropped files...)
 # failed:   could not be graded; the gradebook holds no autograde score for it
 # skipped:  already graded and unchanged since (use --force to grade it again)
-STATUSES = ("graded", "problems", "failed", "skipped")
+# not graded: the run was stopped (Ctrl-C, SIGTERM) before this submission was graded; it
+#           has nothing in autograded/ and the next run grades it
+STATUSES = ("graded", "problems", "failed", "skipped", "not graded")
 
 
 @dataclass
@@ -86,33 +89,51 @@ def summary(outcomes: list[Outcome], elapsed: float, max_rows: int = 60) -> str:
     counts = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
     lines = [f"{len(outcomes)} submissions in {elapsed:.1f} s: "
              + ", ".join(f"{n} {s}" for s, n in counts.items())]
-    order = {"failed": 0, "problems": 1, "graded": 2, "skipped": 3}
+    order = {"failed": 0, "not graded": 1, "problems": 2, "graded": 3, "skipped": 4}
     rows = sorted(outcomes, key=lambda o: (order.get(o.status, 9), o.student))
     if len(rows) > max_rows:  # a big class: list what needs attention first
-        rows = [o for o in rows if o.status in ("failed", "problems")][:max_rows]
+        rows = [o for o in rows if o.status in ("failed", "not graded", "problems")][:max_rows]
         lines.append(f"(showing the {len(rows)} submissions that need attention; "
                      "the report lists all)")
     if rows:
         w = max(7, *(len(o.student) for o in rows))
-        lines.append(f"{'student':<{w}}  {'status':<8}  {'score':>11}  {'time':>6}  reason")
+        lines.append(f"{'student':<{w}}  {'status':<10}  {'score':>11}  {'time':>6}  reason")
         for o in rows:
             score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
-            lines.append(f"{o.student:<{w}}  {o.status:<8}  {score:>11}  {o.seconds:5.1f}s  "
+            lines.append(f"{o.student:<{w}}  {o.status:<10}  {score:>11}  {o.seconds:5.1f}s  "
                          f"{o.reason}")
     return "\n".join(lines)
 
 
+def _replace(path: Path, write) -> None:
+    """Write through a temporary file and rename it: a killed run never leaves half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", newline="") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def write_reports(outcomes: list[Outcome], path: Path, meta: dict) -> tuple[Path, Path]:
-    """``path`` as JSON (with ``meta``) and the same rows as CSV beside it."""
+    """``path`` as JSON (with ``meta``) and the same rows as CSV beside it, each atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [o.row() for o in sorted(outcomes, key=lambda o: o.student)]
-    path.write_text(json.dumps({**meta, "submissions": rows}, indent=2) + "\n")
+    ordered = sorted(outcomes, key=lambda o: o.student)
+    rows = [o.row() for o in ordered]
+    _replace(path, lambda f: f.write(json.dumps({**meta, "submissions": rows}, indent=2) + "\n"))
     csv_path = path.with_suffix(".csv")
-    with open(csv_path, "w", newline="") as f:
+
+    def write_csv(f) -> None:
         writer = csv.writer(f)
         writer.writerow(["student", "status", "score", "max_score", "seconds", "reason"])
-        for o in sorted(outcomes, key=lambda o: o.student):
+        for o in ordered:
             writer.writerow([o.student, o.status, "" if o.score is None else o.score,
                              "" if o.max_score is None else o.max_score,
                              f"{o.seconds:.2f}", o.reason])
+
+    _replace(csv_path, write_csv)
     return path, csv_path
