@@ -369,16 +369,20 @@ class Report:
 
     def plot(self, ax=None):
         """Bar chart of the gradient norm of each layer, on a log scale, with the vanishing and
-        exploding thresholds as dashed lines. One bar per layer (:meth:`layers`); a layer without
-        a gradient, or with a zero one, is a hatched bar at the bottom labelled ``None`` / ``0``.
+        exploding thresholds as dashed lines. One bar per layer (:meth:`layers`: each module
+        that owns trainable parameters), numbered 1..N in the model's order as a learner
+        counts them; a layer without a gradient, or with a zero one, is a hatched bar at the
+        bottom labelled ``None`` / ``0``. The legend names every colour drawn.
 
         Returns the ``Figure``. Without ``ax`` it is a figure outside pyplot: nothing to close,
         shown once in a notebook, saved with ``fig.savefig(...)``. Never calls ``plt.show()``.
         """
+        from matplotlib.patches import Patch
+
         layers = self.layers()
         if ax is None:
-            width = min(12.0, max(4.5, 0.35 * len(layers) + 2.0))
-            fig = _figure_class()(figsize=(width, 3.6), layout="constrained")
+            width = min(13.0, max(6.5, 0.32 * len(layers) + 4.5))
+            fig = _figure_class()(figsize=(width, 3.8), layout="constrained")
             ax = fig.subplots()
         else:
             fig = ax.figure
@@ -386,27 +390,53 @@ class Report:
         positive = [n for _, n, _ in layers if n]
         floor = 10 ** math.floor(math.log10(min(positive + [vanishing]))) / 10
         heights = [n if n else floor for _, n, _ in layers]
-        colors = [_COLOURS.get(s, "#868e96") for _, _, s in layers]
-        bars = ax.bar(range(len(layers)), heights, color=colors, edgecolor="#343a40",
-                      linewidth=0.6)
-        for bar, (_, n, _) in zip(bars, layers, strict=True):
+        colors = [_COLOURS.get(s, _OTHER_COLOUR) for _, _, s in layers]
+        numbers = range(1, len(layers) + 1)
+        bars = ax.bar(numbers, heights, color=colors, edgecolor="#343a40", linewidth=0.6)
+        drawn: dict[str, list[str]] = {}   # colour -> the statuses drawn in it
+        missing = False
+        for bar, (_, n, status) in zip(bars, layers, strict=True):
             if not n:
+                missing = True
                 bar.set_hatch("//")
                 bar.set_facecolor("white")
                 ax.annotate("None" if n is None else "0", (bar.get_x() + bar.get_width() / 2,
                             floor), xytext=(0, 3), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=7)
+                            ha="center", va="bottom", fontsize=8)
+            else:
+                statuses = drawn.setdefault(_COLOURS.get(status, _OTHER_COLOUR), [])
+                if status not in statuses:
+                    statuses.append(status)
         ax.set_yscale("log")
         ax.axhline(vanishing, color="#1c7ed6", linestyle="--", linewidth=1,
-                   label=f"vanishing ({vanishing:g})")
+                   label=f"vanishing threshold ({vanishing:g})")
         ax.axhline(exploding, color="#e03131", linestyle="--", linewidth=1,
-                   label=f"exploding ({exploding:g})")
-        ax.set_xticks(range(len(layers)), [name for name, _, _ in layers], rotation=60,
-                      ha="right", fontsize=7)
-        ax.set_ylabel("gradient norm")
+                   label=f"exploding threshold ({exploding:g})")
+        names = [name for name, _, _ in layers]
+        if len(layers) <= 10 and not all(name.isdigit() for name in names):
+            ticks = [f"{k}\n{name}" for k, name in zip(numbers, names, strict=True)]
+        else:  # Sequential indices (0, 2, 4 ...) would contradict the 1..N count
+            ticks = [str(k) for k in numbers]
+        ax.set_xticks(list(numbers), ticks, fontsize=8 if len(layers) <= 30 else 6)
+        ax.set_xlim(0.4, len(layers) + 0.6)
+        ax.set_xlabel("layer (modules with trainable parameters, 1 = first in the model)",
+                      fontsize=9)
+        ax.set_ylabel("gradient norm (log scale)", fontsize=9)
         ax.set_title("Gradient norm per layer", fontsize=10)
-        ax.legend(fontsize=7, loc="best")
+        handles = [Patch(facecolor=colour, edgecolor="#343a40", linewidth=0.6,
+                         label="bar: " + " / ".join(_STATUS_WORDS.get(s, s) for s in statuses))
+                   for colour, statuses in drawn.items()]
+        if missing:
+            handles.append(Patch(facecolor="white", edgecolor="#343a40", hatch="//",
+                                 linewidth=0.6, label="bar: no gradient (None) or zero (0)"))
+        lines, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + lines, fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         return fig
+
+
+_OTHER_COLOUR = "#868e96"
+_STATUS_WORDS = {"ok": "healthy (ok)", "nonfinite": "not finite", "stale_grad": "stale .grad"}
 
 
 # Most severe first; layers() reports the worst status of a layer's parameters.
@@ -462,21 +492,29 @@ _FIGURE_CLASS = None
 
 def _figure_class():
     """A matplotlib ``Figure`` that shows itself as PNG in Jupyter (built on first use, so that
-    importing this module does not import matplotlib)."""
+    importing this module does not import matplotlib): rendered at 2x and shown at 1x, like
+    the course's graph drawings (``course.draw``), so it is crisp on high-density displays."""
     global _FIGURE_CLASS
     if _FIGURE_CLASS is None:
-        import io
-
         from matplotlib.figure import Figure
+
+        from course.draw import _figure_png
 
         class GradientFlowFigure(Figure):
             """The doctor's plot: a plain ``Figure`` that renders itself as PNG in Jupyter."""
 
             def _repr_png_(self):
-                buf = io.BytesIO()
-                self.savefig(buf, format="png", dpi=100)
-                return buf.getvalue()
+                return _figure_png(self)
 
+        try:  # IPython's inline backend formats every Figure itself unless told otherwise
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:  # pragma: no cover - IPython is a course dependency
+            shell = None
+        if shell is not None:
+            shell.display_formatter.formatters["image/png"].for_type(GradientFlowFigure,
+                                                                     _figure_png)
         _FIGURE_CLASS = GradientFlowFigure
     return _FIGURE_CLASS
 

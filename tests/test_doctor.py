@@ -459,7 +459,13 @@ def test_plot_has_one_bar_per_layer_on_a_log_scale():
     assert [name for name, _, _ in layers] == [f"{i}.conv{j}" for i in range(3) for j in (1, 2)]
     assert len(ax.containers) == 1 and len(ax.containers[0]) == len(layers) == 6
     assert ax.get_yscale() == "log"
-    assert fig._repr_png_().startswith(b"\x89PNG")
+    png, size = fig._repr_png_()  # 2x pixels, shown at half their width
+    assert png.startswith(b"\x89PNG") and size["width"] * 2 - int.from_bytes(png[16:20]) <= 1
+    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["1\n0.conv1", "2\n0.conv2"]
+    assert ax.get_xlabel().startswith("layer (modules with trainable parameters, 1 = first")
+    assert "log scale" in ax.get_ylabel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0] == "bar: healthy (ok)" and any("threshold" in t for t in legend)
 
 
 def test_plot_marks_layers_without_gradient():
