@@ -312,8 +312,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     "no_grad_result_has_history": Misconception(
         "thinks a result computed under no_grad() still records its history",
         "nothing is recorded inside no_grad() or inference_mode(): a result made there has no "
-        "grad_fn, does not require grad, and is therefore a leaf (cooked with the recipe "
-        "notebook closed).",
+        "grad_fn and does not require grad, so it is a leaf (cooked with the recipe notebook "
+        "closed); only a view of a tensor that requires grad keeps the flag, still with no "
+        "route back.",
         "05_no_grad",
     ),
     "no_grad_wears_off": Misconception(
@@ -343,16 +344,16 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "grad_mode_scope": Misconception(
         "misjudges which grad-mode switch is in force",
-        "grad mode is one global switch: the innermost with-block or decorator in force when an "
-        "operation runs decides; torch.set_grad_enabled(False) called as a plain function stays "
+        "grad mode is a switch per thread: the innermost with-block or decorator in force when "
+        "an operation runs decides; torch.set_grad_enabled(False) called as a plain function stays "
         "off until switched on again, so prefer the with-block form.",
         "05_no_grad",
     ),
     "inference_mode_is_no_grad": Misconception(
         "thinks inference_mode() is just another name for no_grad()",
-        "inference_mode() also marks its results as inference tensors: they can never be saved "
-        "for backward or edited in place outside inference mode (clone them first); no_grad() "
-        "makes ordinary tensors.",
+        "inference_mode() also marks the new tensors it makes as inference tensors: they can "
+        "join later computations as constants, but can never be saved for backward or edited "
+        "in place outside inference mode (clone them first); no_grad() makes ordinary tensors.",
         "05_no_grad",
     ),
     "eval_is_no_grad": Misconception(

@@ -7,6 +7,7 @@ behaviours, the test fails here, instead of the notebook's text going stale.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -185,3 +186,93 @@ def test_l04_full_backward_hook_may_replace_grad_input():
     layer.register_full_backward_hook(lambda m, gi, go: (gi[0].clamp(max=1.0),))
     layer(x).sum().backward()
     assert x.grad.tolist() == [1.0, 1.0]
+
+
+# --- lesson 05: views, threads and inference tensors ----------------------------------------
+
+
+def test_l05_no_grad_view_keeps_requires_grad_but_no_route():
+    """Lesson 05, section 1: a view w[0:2] made under no_grad() has requires_grad=True and
+    is_leaf=True, no grad_fn; backward through it stores nothing; an in-place edit of it with
+    grad mode on raises ("A view was created in no_grad mode")."""
+    w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    with torch.no_grad():
+        window = w[0:2]
+    assert window.requires_grad and window.is_leaf and window.grad_fn is None
+    (window * 2).sum().backward()
+    assert window.grad is None and w.grad is None
+    with pytest.raises(RuntimeError, match="view was created in no_grad mode"):
+        window.mul_(2)
+
+
+def test_l05_no_grad_result_is_a_leaf_without_grad():
+    """Lesson 05, section 1: a (non-view) result made under no_grad() is a leaf with
+    requires_grad=False."""
+    w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    with torch.no_grad():
+        quiet = w * 2
+    assert quiet.is_leaf and not quiet.requires_grad and quiet.grad_fn is None
+
+
+def test_l05_grad_mode_is_per_thread():
+    """Lesson 05, section 3: grad mode is per thread; a thread started inside no_grad() records."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    seen = {}
+
+    def worker():
+        seen["enabled"] = torch.is_grad_enabled()
+        seen["requires_grad"] = (w * 2).requires_grad
+
+    with torch.no_grad():
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert not torch.is_grad_enabled()
+    assert seen == {"enabled": True, "requires_grad": True}
+
+
+def test_l05_enable_grad_cannot_undo_inference_mode():
+    """Lesson 05, section 4: enable_grad() inside inference_mode() reports grad mode enabled,
+    yet the result has requires_grad=False and is an inference tensor."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with torch.inference_mode():
+        with torch.enable_grad():
+            assert torch.is_grad_enabled()
+            attempt = w * 2
+    assert not attempt.requires_grad and attempt.is_inference()
+
+
+@pytest.mark.parametrize("use, expected", [
+    (lambda frozen, w: frozen + w, [1.0, 1.0]),
+    (lambda frozen, w: w * frozen.sum(), [6.0, 6.0]),
+    (lambda frozen, w: torch.cat([frozen, w]), [1.0, 1.0]),
+], ids=["add", "times-sum", "cat"])
+def test_l05_inference_tensor_joins_a_route_as_a_constant(use, expected):
+    """Lesson 05, section 4 (was "can never join a monitored route"): frozen + w2,
+    w2 * frozen.sum() and torch.cat([frozen, w2]) all backpropagate to w2."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with torch.inference_mode():
+        frozen = w * 2
+    use(frozen, w).sum().backward()
+    assert w.grad.tolist() == expected
+
+
+def test_l05_inference_tensor_cannot_be_saved_for_backward():
+    """Lesson 05, section 4: frozen * w2 must save frozen and raises "Inference tensors cannot
+    be saved for backward"."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with torch.inference_mode():
+        frozen = w * 2
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        (frozen * w).sum().backward()
+
+
+def test_l05_view_made_in_inference_mode_is_not_an_inference_tensor():
+    """Lesson 05, section 4: inside inference_mode(), new data is an inference tensor, but a
+    view of an ordinary tensor is not, and keeps requires_grad=True."""
+    n = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with torch.inference_mode():
+        made = n * 2
+        window = n[0:2]
+    assert made.is_inference() and not made.requires_grad
+    assert not window.is_inference() and window.requires_grad and window.grad_fn is None
