@@ -4,6 +4,7 @@ Everything is relative to this file, so a clean clone works wherever it lies.
 """
 
 import os
+import sys
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
@@ -14,17 +15,18 @@ c.CourseDirectory.course_id = "leaf-tensors"
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 
-# Assignments of the course, in order (ids never change once released).
-c.CourseDirectory.db_assignments = [
-    dict(name="01_leaves"),
-    dict(name="02_retain_grad"),
-    dict(name="03_detach"),
-    dict(name="04_hooks"),
-    dict(name="05_no_grad"),
-    dict(name="06_inplace"),
-    dict(name="07_gradient_clinic"),
-    dict(name="08_capstone"),
-]
+# nbgrader runs `alembic` as a command when it creates a gradebook. Started as
+# `.venv/bin/jupyter lab` (the README's quick start) or `.venv/bin/nbgrader` without
+# activating the environment, its bin/ is not on PATH: the first gradebook would be left
+# broken and the Formgrader would hang on "Loading". Every process that reads this file
+# runs the environment's Python, so put its bin/ first.
+_BIN = os.path.dirname(sys.executable)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+# The assignments are the folders of source/ (nbgrader 0.9 has no list of them in its
+# configuration). `nbgrader generate_assignment` records one in the gradebook; so does
+# `autograder grade` when it finds an assignment the gradebook does not know yet.
 
 # The formgrader and the assignment list need an exchange folder that exists.
 # A course served to many users sets NBGRADER_EXCHANGE to a shared folder instead.

@@ -177,3 +177,20 @@ def test_grade_help_lists_the_options():
     for opt in ("--workers", "--student", "--timeout", "--notebook-timeout", "--memory",
                 "--force", "--no-sandbox"):
         assert opt in proc.stdout
+
+
+def test_grades_a_released_assignment_the_gradebook_does_not_know(tmp_path):
+    """Released through the exchange from a committed release/, never generated on this
+    machine: `autograder grade` records the assignment itself (nbgrader's own
+    generate_assignment, into a scratch release folder) and grades; release/ is untouched."""
+    course = make_course(tmp_path)
+    (course / "gradebook.db").unlink()
+    released = (course / "release" / "ps1" / "ps1.ipynb").read_bytes()
+    submit(course, "full", answered(course, SOLVED))
+    submit(course, "blank", answered(course, {}))
+    proc = grade(course, "ps1")
+    assert "not in the gradebook yet" in proc.stderr
+    rows = report(course, "ps1")
+    assert {s: (r["status"], r["score"]) for s, r in rows.items()} == \
+        {"full": ("graded", 7.0), "blank": ("graded", 0.0)}, proc.stdout
+    assert (course / "release" / "ps1" / "ps1.ipynb").read_bytes() == released

@@ -9,6 +9,10 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import os
+import sqlite3
+import subprocess
+import sys
 
 import pytest
 from helpers import (
@@ -16,6 +20,7 @@ from helpers import (
     assignments,
     is_answer,
     is_graded_test,
+    make_course,
     meta,
     notebook_path,
     read,
@@ -32,10 +37,19 @@ def test_there_are_assignments():
     assert "01_leaves" in ASSIGNMENTS
 
 
-def test_config_lists_every_assignment():
-    text = (ROOT / "nbgrader_config.py").read_text()
-    for name in ASSIGNMENTS:
-        assert f'dict(name="{name}")' in text, f"{name} missing from db_assignments"
+def test_nbgrader_accepts_the_config_without_the_environment_on_path(tmp_path):
+    """The README runs `.venv/bin/jupyter lab` without activating the environment. nbgrader
+    must not warn about the course's configuration, and the first gradebook must be made
+    whole (nbgrader runs `alembic`, found through the config's PATH), not left broken."""
+    course = make_course(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PATH"}
+    env["PATH"] = "/usr/bin:/bin"
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "db", "assignment", "list"],
+                          cwd=course, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not recognized" not in proc.stderr and "alembic" not in proc.stderr, proc.stderr
+    with sqlite3.connect(course / "gradebook.db") as db:
+        assert db.execute("select version_num from alembic_version").fetchone()
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

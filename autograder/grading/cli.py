@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -176,6 +177,7 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     try:
         os.chdir(course)
         app = _make_app(course, assignment, force, log_file)
+        _ensure_registered(course, assignment, app)
         progress = None
 
         def on_outcome(outcome: Outcome) -> None:
@@ -215,6 +217,43 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     else:
         code = 1 if any(o.status == "failed" for o in outcomes) else 0
     return GradeResult(outcomes, elapsed, report, code, stopped_by)
+
+
+def _ensure_registered(course: Path, assignment: str, app) -> None:
+    """Make sure the gradebook knows the assignment, its notebooks and its cells.
+
+    nbgrader learns them when ``generate_assignment`` runs; a course whose release is
+    committed (this one) can be released, fetched and submitted through the exchange without
+    that ever happening on the instructor's machine, and nbgrader then refuses to grade ("No
+    assignment with ID ... exists in the database"). Here nbgrader's own
+    ``generate_assignment`` records it, writing its release copy to a scratch folder (the
+    release the learners have is not touched).
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(app.coursedir.db_url, app.coursedir.course_id) as gb:
+        try:
+            if gb.find_assignment(assignment).notebooks:
+                return
+        except MissingEntry:
+            pass
+    src = Path(app.coursedir.format_path(app.coursedir.source_directory, ".", assignment))
+    if not any(src.glob("*.ipynb")):
+        raise GradeRefused(f"the gradebook does not know {assignment!r} and there is no "
+                           f"{src.relative_to(course) if src.is_relative_to(course) else src}/"
+                           "*.ipynb to learn it from")
+    from autograder.pipeline import nbgrader
+
+    print(f"autograder grade: {assignment} is not in the gradebook yet; recording it from "
+          f"{app.coursedir.source_directory}/{assignment} (nbgrader generate_assignment)",
+          file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="autograder-register-") as tmp:
+        proc = nbgrader("generate_assignment", assignment, "--force",
+                        f"--CourseDirectory.release_directory={tmp}", course=course,
+                        check=False)
+    if proc.returncode != 0:
+        raise GradeRefused(f"could not record {assignment} in the gradebook: "
+                           f"`nbgrader generate_assignment` failed:\n{proc.stderr[-2000:]}")
 
 
 def _fill_scores(course: Path, assignment: str, outcomes: list[Outcome], app) -> None:
