@@ -42,7 +42,7 @@ import math
 import warnings
 
 from course import themes
-from course.widgets import _png_widget_output, _Twin, static_mode
+from course.widgets import _png_image, _png_widget_output, _Twin, static_mode
 
 __all__ = ["RetainExplorer", "SkipPathExplorer", "HookExplorer", "NoGradExplorer",
            "InplaceExplorer", "DoctorExplorer", "EXPLORERS", "svg_chart"]
@@ -227,7 +227,8 @@ class _Explorer(_Twin):
         if self.widget is not None and not static_mode():
             display(self.widget)
         elif self.graph is not None:
-            super()._ipython_display_()
+            display(_png_image(self.png))
+            display(HTML(self._static_html()))
         else:
             display(HTML(self._picture_html() + self._static_html()))
 
@@ -595,9 +596,8 @@ class HookExplorer(_Explorer):
 # ---------------------------------------------------------------------------------------
 
 STEP_LINES = (
-    "h = x * w1",
-    "a = h.tanh()",
-    "loss = (a * w2).sum()",
+    "h = (x * w1).tanh()",
+    "loss = (h * w2).sum()",
     "loss.backward()",
     "w1 -= 0.1 * w1.grad",
     "w2 -= 0.1 * w2.grad",
@@ -605,7 +605,7 @@ STEP_LINES = (
 
 
 class NoGradExplorer(_Explorer):
-    """Lesson 05: a six-line training step, with ``with torch.no_grad():`` around the lines
+    """Lesson 05: a five-line training step, with ``with torch.no_grad():`` around the lines
     ``first..last`` (``cover``), or nowhere (``use=False``).
 
     Each line runs in turn (with recording off inside the block); like a notebook cell, the
@@ -614,7 +614,7 @@ class NoGradExplorer(_Explorer):
 
     CSS = "nograd-explorer"
     TITLE = "a training step, with no_grad() around some lines"
-    DEFAULTS = {"use": True, "cover": (5, 6)}
+    DEFAULTS = {"use": True, "cover": (4, 5)}
 
     def compute(self) -> None:
         import torch
@@ -646,13 +646,13 @@ class NoGradExplorer(_Explorer):
                 code[-1] = f"{code[-1]:26} # raised"
                 continue
             name = line.split(" = ")[0] if " = " in line else None
-            if name in ("h", "a", "loss"):
+            if name in ("h", "loss"):
                 fn = env[name].grad_fn
                 recorded[name] = None if fn is None else type(fn).__name__
         tensors = {n: v for n, v in env.items() if isinstance(v, torch.Tensor)}
         updated = {n: not torch.equal(start[n], env[n].detach()) for n in start}
         lines = []
-        for name in ("h", "a", "loss"):
+        for name in ("h", "loss"):
             if name in recorded:
                 fn = recorded[name]
                 lines.append(f"{name}: " + (f"recorded (grad_fn {fn})" if fn else
@@ -671,12 +671,12 @@ class NoGradExplorer(_Explorer):
                         "w1": tensors["w1"].detach().clone(),
                         "w2": tensors["w2"].detach().clone()}
         self.lines, self.code = lines, code
-        out = tensors.get("loss", tensors.get("a", tensors.get("h")))
+        out = tensors.get("loss", tensors.get("h"))
         if out is None:  # the first line failed: draw the two sorting centres alone
             out = tensors["w1"]
         g = build_graph(out, namespace=tensors)
-        uses = {"h": ("x", "w1"), "a": ("h",), "loss": ("a", "w2")}
-        for name in ("loss", "a", "h"):
+        uses = {"h": ("x", "w1"), "loss": ("h", "w2")}
+        for name in ("loss", "h"):
             if name in g:
                 for used in uses[name]:
                     if used in tensors and not tensors[used].requires_grad:
