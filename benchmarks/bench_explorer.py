@@ -19,7 +19,12 @@ figure (*draw*), encode the PNG (*png*). The target is a median under 100 ms at
   node names, operation names and gradients are not;
 * *seen before*: a state already drawn, from the PNG cache.
 
-Prints a Markdown table (docs/benchmarks.md keeps the figures). CPU time
+The lesson explorers of ``course.explorers`` (02-07) are timed too (``--only lessons``):
+each is built with every ``course.draw`` cache emptied (its *first picture*), then
+clicked through a fixed round of control changes, each a state not drawn before; the
+median is over the first picture and the clicks together.
+
+Prints Markdown tables (docs/benchmarks.md keeps the figures). CPU time
 (``time.process_time``) is the honest figure when other work shares the machine
 (wall time then inflates); both are medians.
 """
@@ -38,6 +43,7 @@ import numpy as np
 matplotlib.use("Agg")
 
 from course import draw  # noqa: E402
+from course import explorers as X  # noqa: E402
 from course.widgets import Controls, GraphExplorer, Scenario, Step, run_scenario  # noqa: E402
 
 
@@ -54,10 +60,60 @@ def chain(layers: int) -> Scenario:
 
 
 def empty_caches(pictures_too: bool) -> None:
-    draw._PNG_CACHE.clear()
+    getattr(draw, "_PNG_CACHE", {}).clear()
     if pictures_too:
-        draw._STAMPS.clear()
-        draw._LAYOUTS.clear()
+        for name in ("_STAMPS", "_LAYOUTS"):
+            getattr(draw, name, {}).clear()
+
+
+# A round of clicks per lesson explorer: (control, value), each a new state.
+LESSON_CLICKS = {
+    X.RetainExplorer: [("monitor", "after"), ("audits", 3), ("monitor", "none"),
+                       ("audits", 0), ("monitor", "before"), ("audits", 2)],
+    X.SkipPathExplorer: [("detach", True), ("blocks", 20), ("detach", False), ("blocks", 5),
+                         ("detach", True), ("blocks", 15)],
+    X.HookExplorer: [("action", "scale"), ("passes", 3), ("remove", True), ("action", "look"),
+                     ("hook", False), ("passes", 1)],
+    X.NoGradExplorer: [("cover", (1, 2)), ("cover", (1, 1)), ("cover", (3, 5)),
+                       ("use", False), ("use", True), ("cover", (2, 4))],
+    X.InplaceExplorer: [("edit", "before"), ("edit", "none"), ("inplace", False),
+                        ("edit", "after"), ("edit", "before"), ("inplace", True)],
+    X.DoctorExplorer: [("bug", "none"), ("bug", "sigmoid"), ("layers", 20),
+                       ("bug", "no_grad"), ("bug", "dead_relu"), ("layers", 12)],
+}
+
+
+def bench_lessons(repeats: int) -> list[dict]:
+    """Per lesson explorer: the first picture (caches empty) and a round of clicks.
+
+    Each explorer is built once untimed first (imports, torch's first calls); then
+    ``repeats`` times: empty every cache, build it (the first picture), click the round.
+    Wall and CPU medians over the first pictures and the clicks together.
+    """
+    rows = []
+    for cls, round_ in LESSON_CLICKS.items():
+        cls(theme="logistics")  # warm-up: imports and torch's first calls, not timed
+        first, first_cpu, every, cpu, nodes = [], [], [], [], 0
+        for _ in range(repeats):
+            empty_caches(True)
+            steps = [(None, None), *round_]
+            for i, (key, value) in enumerate(steps):
+                t, c = time.perf_counter(), time.process_time()
+                if i == 0:
+                    ex = cls(theme="logistics")
+                else:
+                    ex.set(**{key: value})
+                every.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
+                if i == 0:
+                    first.append(every[-1])
+                    first_cpu.append(cpu[-1])
+                nodes = max(nodes, len(ex.graph) if ex.graph is not None else 0)
+        rows.append({"name": cls.__name__, "nodes": nodes or "chart (SVG)",
+                     "median": statistics.median(every), "cpu": statistics.median(cpu),
+                     "first": statistics.median(first), "worst": max(every),
+                     "first_cpu": statistics.median(first_cpu)})
+    return rows
 
 
 def phases(scenario: Scenario, controls: Controls, dpi: int) -> tuple[float, float, float]:
@@ -120,12 +176,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--dpi", type=int, default=72)
+    parser.add_argument("--only", choices=("chain", "lessons"), default=None,
+                        help="time only the chain explorers or only the lesson explorers")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    rows = [bench(layers, args.repeats, args.dpi) for layers in (2, 5, 11)]
+    rows = [] if args.only == "lessons" else [bench(layers, args.repeats, args.dpi)
+                                              for layers in (2, 5, 11)]
+    lessons = [] if args.only == "chain" else bench_lessons(args.repeats)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}, "
           f"matplotlib {matplotlib.__version__}, dpi {args.dpi}, {args.repeats} repeats\n")
+    if lessons:
+        print("| lesson explorer | graph nodes | median, first picture + clicks: CPU | same: wall "
+              "| first picture: CPU | first picture: wall | worst (wall) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in lessons:
+            print(f"| {r['name']} | {r['nodes']} | {r['cpu'] * 1e3:.0f} ms | "
+                  f"{r['median'] * 1e3:.0f} ms | {r['first_cpu'] * 1e3:.0f} ms | "
+                  f"{r['first'] * 1e3:.0f} ms | {r['worst'] * 1e3:.0f} ms |")
+        print()
+    if not rows:
+        return
     print("| nodes | new state: CPU | new state: wall | nothing cached: CPU | nothing cached: "
           "wall | first theme switch: CPU | first theme switch: wall | seen before (wall) "
           "| build | draw | PNG encode |")
