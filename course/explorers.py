@@ -22,8 +22,8 @@ explorer               lesson       what the controls change
 
 Every change re-runs the experiment with real torch. The graph explorers draw the live
 autograd graph with ``course.draw.render_png`` (the PNG redraw of ``course.widgets``);
-the two whose point is a number per layer (03, 07) draw a log-scale chart as SVG (crisp at
-any zoom, a few milliseconds to make). Python drives an explorer as a learner does:
+the two whose point is a number per layer (03, 07) draw a log-scale chart as SVG
+(``course.charts``: crisp at any zoom, a few milliseconds to make). Python drives an explorer as a learner does:
 ``ex.set(monitor="after")`` or ``ex.controls["monitor"].value = "after"``; ``ex.numbers``
 holds what it shows, ``ex.status()`` the sentences.
 
@@ -42,6 +42,7 @@ import math
 import warnings
 
 from course import themes
+from course.charts import matplotlib_chart, svg_chart
 from course.widgets import _png_image, _png_widget_output, _Twin, static_mode
 
 __all__ = ["RetainExplorer", "SkipPathExplorer", "HookExplorer", "NoGradExplorer",
@@ -128,6 +129,7 @@ class _Explorer(_Twin):
         self.controls: dict = {}
         self.graph = None      # a course.graph graph to draw, or None for a chart
         self.svg = ""          # the chart, when there is no graph
+        self.chart_args: dict = {}  # what the chart shows (course.charts keywords)
         self.png = b""
         self.numbers: dict = {}
         self.lines: list[str] = []
@@ -193,8 +195,8 @@ class _Explorer(_Twin):
             return draw_graph(self.graph, theme=self.theme, ax=ax, title=self.picture_title())
         return self._chart_figure(ax)
 
-    def _chart_figure(self, ax=None):  # pragma: no cover - overridden by the chart explorers
-        raise NotImplementedError
+    def _chart_figure(self, ax=None):
+        return matplotlib_chart(**self.chart_args, ax=ax)
 
     def static_png(self) -> bytes:
         if self.png:
@@ -486,17 +488,13 @@ class SkipPathExplorer(_Explorer):
         ]
         legend_cut = f"identity {word(t, 'detach')}" if t != "technical" \
             else "x + identity.detach()"
-        self.svg = svg_chart(
-            [str(i) for i in range(1, blocks + 1)],
-            [("skip path kept", kept, "#2f9e44", not detach),
-             (legend_cut, cut, "#e03131", detach)],
+        self.chart_args = dict(
+            xlabels=[str(i) for i in range(1, blocks + 1)],
+            series=[("skip path kept", kept, "#2f9e44", not detach),
+                    (legend_cut, cut, "#e03131", detach)],
             title=f"{self.TITLE} ({blocks} blocks)",
             xlabel="block (1 = the stack's input x)", ylabel="gradient norm")
-
-    def _chart_figure(self, ax=None):
-        return _matplotlib_chart(self, ax, [("skip path kept", self.numbers["kept"], "#2f9e44"),
-                                            ("identity.detach()", self.numbers["detached"],
-                                             "#e03131")], bars=False)
+        self.svg = svg_chart(**self.chart_args)
 
     def _control_widgets(self) -> list:
         return [[self._checkbox("detach", "detach the skip path: h + identity.detach()")],
@@ -797,8 +795,7 @@ BUGS = {
     "dead_relu": "dead ReLU in layer 1 (bias -10)",
     "sigmoid": "sigmoid instead of ReLU",
 }
-_STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "zero": "#adb5bd",
-                   "exploding": "#e03131"}
+_STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "exploding": "#e03131"}
 
 
 def doctor_patient(bug: str, layers: int):
@@ -886,14 +883,11 @@ class DoctorExplorer(_Explorer):
         self.lines = lines
         bars = [(n, _STATUS_COLOURS.get(s, "#868e96"), s) for n, s in zip(norms, statuses,
                                                                            strict=True)]
-        self.svg = svg_chart([str(i) for i in range(1, layers + 1)], [], bars=bars,
-                             title=f"Gradient norm per layer: {BUGS[bug]}",
-                             xlabel="layer (1 = nearest the input)",
-                             ylabel="gradient norm", threshold=("vanishing", self.VANISHING))
-
-    def _chart_figure(self, ax=None):
-        return _matplotlib_chart(self, ax, [("gradient norm", self.numbers["norms"],
-                                             "#2f9e44")], bars=True)
+        self.chart_args = dict(
+            xlabels=[str(i) for i in range(1, layers + 1)], series=[], bars=bars,
+            title=f"Gradient norm per layer: {BUGS[bug]}", xlabel="layer (1 = nearest the input)",
+            ylabel="gradient norm", threshold=("vanishing", self.VANISHING))
+        self.svg = svg_chart(**self.chart_args)
 
     def _control_widgets(self) -> list:
         import ipywidgets as w
@@ -908,142 +902,3 @@ class DoctorExplorer(_Explorer):
 EXPLORERS = {"02_retain_grad": RetainExplorer, "03_detach": SkipPathExplorer,
              "04_hooks": HookExplorer, "05_no_grad": NoGradExplorer,
              "06_inplace": InplaceExplorer, "07_gradient_clinic": DoctorExplorer}
-
-
-# ---------------------------------------------------------------------------------------
-# Charts: log-scale lines or bars as SVG (live) and matplotlib (static_figure)
-# ---------------------------------------------------------------------------------------
-
-_FONT = "font-family:DejaVu Sans,Arial,sans-serif"
-
-
-def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: str,
-              ylabel: str, bars: list[tuple] | None = None,
-              threshold: tuple[str, float] | None = None, width: int = 680,
-              height: int = 300) -> str:
-    """A log-scale chart as an SVG document.
-
-    ``series``: ``(label, values, colour, bold)`` lines over ``xlabels``; ``bars``:
-    ``(value, colour, label)`` per x label (a value of ``None`` or 0 is a hatched bar at the
-    bottom, labelled ``None`` / ``0``). ``threshold``: ``(label, value)``, a dashed line. The
-    legend lists exactly the lines, bar colours and threshold drawn.
-    """
-    esc = html.escape
-    left, right, top, bottom = 78, 16, 34, 74
-    pw, ph = width - left - right, height - top - bottom
-    values = [v for _, vs, _, _ in series for v in vs] + [b[0] for b in bars or []]
-    if threshold:
-        values.append(threshold[1])
-    positive = [v for v in values if v and v > 0 and math.isfinite(v)] or [1.0]
-    lo = math.floor(math.log10(min(positive)))
-    hi = math.ceil(math.log10(max(positive)))
-    hi = hi if hi > lo else lo + 1
-    lo_floor = lo - (1 if bars and any(not b[0] for b in bars) else 0)
-    n = max(1, len(xlabels))
-
-    def y_of(v):
-        v = max(v, 10.0 ** lo_floor)
-        return top + ph * (hi - math.log10(v)) / (hi - lo_floor)
-
-    def x_of(i):
-        return left + pw * (i + 0.5) / n
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" style="{_FONT}">',
-           '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-           'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" '
-           'stroke="#495057" stroke-width="1.5"/></pattern></defs>',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle">'
-           f'{esc(title)}</text>']
-    step = max(1, math.ceil((hi - lo_floor) / 7))
-    for e in range(lo_floor, hi + 1, step):
-        y = y_of(10.0 ** e)
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
-                   'stroke="#e9ecef"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="12" '
-                   f'text-anchor="end">1e{e}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
-               'stroke="#495057"/>')
-    every = max(1, math.ceil(n / 20))
-    for i, label in enumerate(xlabels):
-        if i % every == 0 or i == n - 1:
-            out.append(f'<text x="{x_of(i):.1f}" y="{top + ph + 16}" font-size="12" '
-                       f'text-anchor="middle">{esc(label)}</text>')
-    out.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" font-size="13" '
-               f'text-anchor="middle">{esc(xlabel)}</text>')
-    out.append(f'<text x="16" y="{top + ph / 2}" font-size="13" text-anchor="middle" '
-               f'transform="rotate(-90 16 {top + ph / 2})">{esc(ylabel)} (log)</text>')
-    legend: list[tuple[str, str, str]] = []  # (kind, colour, label)
-    if bars:
-        bw = pw / n * 0.7
-        for i, (v, colour, label) in enumerate(bars):
-            x0 = x_of(i) - bw / 2
-            if v:
-                y = y_of(v)
-                out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{bw:.1f}" '
-                           f'height="{top + ph - y:.1f}" fill="{colour}" stroke="#343a40"/>')
-            else:
-                y = top + ph - 22
-                out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{bw:.1f}" height="22" '
-                           'fill="url(#hatch)" stroke="#343a40"/>')
-                out.append(f'<text x="{x_of(i):.1f}" y="{y - 4:.1f}" font-size="11" '
-                           f'text-anchor="middle">{"None" if v is None else "0"}</text>')
-            entry = ("bar", colour if v else "url(#hatch)", label if v else
-                     f"{label} ({'None' if v is None else '0'})")
-            if entry not in legend:
-                legend.append(entry)
-    for label, vs, colour, bold in series:
-        pts = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(vs))
-        width_ = 3 if bold else 1.5
-        dash = "" if bold else ' stroke-dasharray="5 3" opacity="0.75"'
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" '
-                   f'stroke-width="{width_}"{dash}/>')
-        for i, v in enumerate(vs):
-            out.append(f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="{3 if bold else 2}"'
-                       f' fill="{colour}"/>')
-        legend.append(("line" if bold else "dash", colour, label))
-    if threshold:
-        y = y_of(threshold[1])
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
-                   'stroke="#1c7ed6" stroke-dasharray="6 4"/>')
-        legend.append(("dash", "#1c7ed6", f"{threshold[0]} threshold ({threshold[1]:g})"))
-    x, y = left, height - 14
-    for kind, colour, label in legend:
-        if kind == "bar":
-            out.append(f'<rect x="{x}" y="{y - 10}" width="14" height="12" fill="{colour}" '
-                       'stroke="#343a40"/>')
-        else:
-            dash = ' stroke-dasharray="5 3"' if kind == "dash" else ""
-            out.append(f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" '
-                       f'stroke="{colour}" stroke-width="{3 if kind == "line" else 2}"{dash}/>')
-        out.append(f'<text x="{x + 24}" y="{y}" font-size="12">{esc(label)}</text>')
-        x += 24 + 7 * len(label) + 18
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _matplotlib_chart(explorer: _Explorer, ax, series, bars: bool):
-    """The chart of a chart explorer as a matplotlib figure (outside pyplot)."""
-    if ax is None:
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(8, 3.4), layout="constrained")
-        ax = fig.subplots()
-    else:
-        fig = ax.figure
-    for label, values, colour in series:
-        xs = range(1, len(values) + 1)
-        if bars:
-            positive = [v for v in values if v] or [1.0]
-            ax.bar(xs, [v if v else min(positive) / 10 for v in values], color=[
-                _STATUS_COLOURS.get(s, "#868e96") for s in explorer.numbers["statuses"]],
-                edgecolor="#343a40", label=label)
-        else:
-            ax.plot(xs, values, marker="o", color=colour, label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("layer (1 = nearest the input)" if bars else "block (1 = the stack's input x)")
-    ax.set_ylabel("gradient norm (log)")
-    ax.set_title(explorer.TITLE)
-    ax.legend()
-    return fig

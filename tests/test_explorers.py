@@ -347,3 +347,15 @@ def test_svg_chart_lists_what_it_draws():
     for label in ("kept", "ok", "detached (None)", "zero (0)", "vanishing threshold (0.0001)"):
         assert f">{label}<" in svg
     assert svg.count("<polyline") == 1
+
+
+def test_svg_chart_legend_wraps_inside_the_picture():
+    import re
+
+    bars = [(1.0, f"#{i}{i}{i}", f"a rather long status name {i}") for i in range(6)]
+    svg = X.svg_chart([str(i) for i in range(6)], [], bars=bars, title="t", xlabel="x",
+                      ylabel="y", threshold=("vanishing", 1e-4))
+    width, height = (int(v) for v in re.search(r'width="(\d+)" height="(\d+)"', svg).groups())
+    assert height > 300  # extra legend rows
+    for x, label in re.findall(r'<text x="([\d.]+)" y="[\d.]+" font-size="12">([^<]+)<', svg):
+        assert float(x) + 7.2 * len(label) <= width, label
