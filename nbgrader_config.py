@@ -24,6 +24,12 @@ _BIN = os.path.dirname(sys.executable)
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
+# The gradebook: gradebook.db in the course root, unless NBGRADER_DB_URL names another
+# database, e.g. a PostgreSQL server shared by several instructors and graders:
+#   NBGRADER_DB_URL=postgresql+psycopg://USER:PASSWORD@HOST:5432/DBNAME
+if os.environ.get("NBGRADER_DB_URL"):
+    c.CourseDirectory.db_url = os.environ["NBGRADER_DB_URL"]
+
 # The assignments are the folders of source/ (nbgrader 0.9 has no list of them in its
 # configuration). `nbgrader generate_assignment` records one in the gradebook; so does
 # `autograder grade` when it finds an assignment the gradebook does not know yet.

@@ -31,7 +31,13 @@ from pathlib import Path
 
 from autograder.grading.report import Outcome, Progress, summary, write_reports
 from autograder.grading.sandbox import Limits, Worker, sandbox_problem
-from autograder.grading.state import CourseBusy, CourseLock, new_scratch, remove_stale_scratch
+from autograder.grading.state import (
+    CourseBusy,
+    CourseLock,
+    DatabaseLock,
+    new_scratch,
+    remove_stale_scratch,
+)
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -118,7 +124,8 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
     try:
         return _grade_locked(course, assignment, n=n, students=students, limits=limits,
                              force=force, sandbox=sandbox, report=report, log_file=log_file,
-                             lessons=lessons, progress_stream=progress_stream, quiet=quiet)
+                             lessons=lessons, progress_stream=progress_stream, quiet=quiet,
+                             wait=wait)
     finally:
         lock.release()
 
@@ -141,7 +148,7 @@ class _Checkpoint:
 
 def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Limits,
                   force: bool, sandbox: bool, report: Path, log_file: Path, lessons: list[str],
-                  progress_stream, quiet: bool) -> GradeResult:
+                  progress_stream, quiet: bool, wait: bool) -> GradeResult:
     from nbgrader.converters.base import NbGraderException
 
     from autograder.grading.engine import ParallelAutograde
@@ -158,6 +165,7 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
         "been graded by it; run `autograder grade` again")})
     cwd = os.getcwd()
     conv = None
+    db_lock = None
     handlers: dict[int, object] = {}
 
     def on_signal(signum, frame) -> None:
@@ -177,6 +185,13 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     try:
         os.chdir(course)
         app = _make_app(course, assignment, force, log_file)
+        db_lock = DatabaseLock(app.coursedir.db_url, app.coursedir.course_id)
+        try:
+            db_lock.acquire(wait=wait, on_wait=lambda who: print(
+                f"autograder grade: waiting for {who} to finish...", file=sys.stderr,
+                flush=True))
+        except CourseBusy as exc:
+            raise GradeRefused(str(exc)) from None
         _ensure_registered(course, assignment, app)
         progress = None
 
@@ -199,6 +214,8 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
             raise GradeRefused(str(exc)) from exc
         outcomes = conv.outcomes
     finally:
+        if db_lock is not None:
+            db_lock.release()
         for sig, old in handlers.items():
             signal.signal(sig, old)
         os.chdir(cwd)

@@ -204,6 +204,52 @@ class CourseLock:
             self._fd = None
 
 
+class DatabaseLock:
+    """The same rule for a gradebook shared over the network, which graders on several
+    machines (several course folders) may use: on PostgreSQL a session advisory lock, held
+    by one connection for the whole run and released by the server when that connection
+    ends, however its process ends. A SQLite gradebook is a file of one course folder, and
+    :class:`CourseLock` already covers it."""
+
+    def __init__(self, db_url: str, course_id: str) -> None:
+        self.url = sa.engine.make_url(db_url)
+        key = hashlib.sha256(f"autograder-grade:{course_id}".encode()).digest()
+        self.key = int.from_bytes(key[:8], "big", signed=True)
+        self._engine = None
+        self._conn = None
+
+    def acquire(self, wait: bool = False, poll: float = 1.0, on_wait=None) -> None:
+        if self.url.get_backend_name() != "postgresql":
+            return
+        self._engine = sa.create_engine(self.url, poolclass=sa.pool.NullPool)
+        self._conn = self._engine.connect()
+        told = False
+        while True:
+            got = self._conn.execute(sa.text("select pg_try_advisory_lock(:k)"),
+                                     {"k": self.key}).scalar()
+            self._conn.commit()
+            if got:
+                return
+            if not wait:
+                self.release()
+                raise CourseBusy(
+                    f"another `autograder grade` is grading this course into the same "
+                    f"gradebook ({self.url.render_as_string(hide_password=True)}); wait for it "
+                    "to finish, or pass --wait to start when it is done.")
+            if not told and on_wait is not None:
+                on_wait("another grading run on the shared gradebook")
+                told = True
+            time.sleep(poll)
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # ends the session: the server drops the lock
+            self._conn = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
 # ----------------------------------------------------------------------------- scratch
 def _alive(pid: int) -> bool:
     try:
