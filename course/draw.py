@@ -279,7 +279,23 @@ class Geometry:
 def graph_geometry(g: nx.DiGraph, theme: str = "technical") -> Geometry:
     """The :class:`Geometry` of a graph's drawing (what the no-edge-through-a-node test checks)."""
     themes.check_theme(theme)
-    return Geometry(g, theme)
+    return _geometry(g, theme)
+
+
+_GEOMETRIES: dict[tuple, Geometry] = {}
+
+
+def _geometry(g: nx.DiGraph, theme: str) -> Geometry:
+    """``Geometry(g, theme)``, cached by what it depends on: structure, labels and fonts."""
+    key = (theme, tuple((n, d["kind"], d.get("torch_class"), d.get("name"), d.get("shape"),
+                         bool(d.get("is_output"))) for n, d in g.nodes(data=True)),
+           tuple(g.edges))
+    geo = _GEOMETRIES.get(key)
+    if geo is None:
+        if len(_GEOMETRIES) >= _LAYOUTS_SIZE:
+            _GEOMETRIES.pop(next(iter(_GEOMETRIES)))  # oldest first
+        geo = _GEOMETRIES[key] = Geometry(g, theme)
+    return geo
 
 
 class _TextHandler:
@@ -430,7 +446,7 @@ def figure_size(g: nx.DiGraph, theme: str = "technical", title: str | None = Non
     ``legend_extra`` names marks (``"gradient"``, ``"retained"`` ...) to keep legend room for.
     """
     themes.check_theme(theme)
-    geo = Geometry(g, theme)
+    geo = _geometry(g, theme)
     legend = _legend_key(g, theme, show_grads, legend_extra)
     return _frame(geo, legend, title)[:2]
 
@@ -452,7 +468,7 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
     positioned like a new one, and every text is a cached bitmap (``Stamps``)
     instead of a ``Text``/``Legend`` artist.
     """
-    geo = Geometry(g, theme)
+    geo = _geometry(g, theme)
     legend = _legend_key(g, theme, show_grads)
     red = themes.MARK_STYLE["gradient"]["color"]
     if ax is None or stamps:
@@ -657,12 +673,24 @@ def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bo
     return nodes, edges, theme, title, show_grads, dpi, size
 
 
+PIXEL_BUDGET = 2_500_000  # pixels: the most a PNG of render_png gets (time to encode it)
+
+
+def auto_dpi(size: tuple[float, float]) -> int:
+    """The dpi ``render_png`` uses for a figure of ``size`` inches: RENDER_DPI (2x) while the
+    picture stays within PIXEL_BUDGET, less for very large graphs (never under DISPLAY_DPI):
+    it is still shown at DISPLAY_DPI, so its text keeps its size, only sharpness is lost."""
+    area = max(size[0] * size[1], 1e-6)
+    return max(DISPLAY_DPI, min(RENDER_DPI, int(math.sqrt(PIXEL_BUDGET / area))))
+
+
 def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = None,
-               show_grads: bool = True, dpi: int = RENDER_DPI, size=None) -> bytes:
+               show_grads: bool = True, dpi: int | None = None, size=None) -> bytes:
     """The drawing as PNG bytes, from a figure outside pyplot (nothing to close, nothing leaks).
 
     This is what the widgets put in their output area, at ``display_width(png)`` CSS
-    pixels (``dpi`` defaults to RENDER_DPI, twice the display density). ``size``, a
+    pixels (``dpi`` defaults to :func:`auto_dpi`: RENDER_DPI, twice the display density,
+    unless the picture would exceed PIXEL_BUDGET pixels). ``size``, a
     minimum ``(w, h)`` in inches (see :func:`figure_size`), keeps an explorer's picture
     one size while its graph changes. Pictures are cached by what they show
     (:func:`picture_key`), so going back to a state a learner has seen (toggling a
@@ -674,6 +702,8 @@ def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = 
 
     themes.check_theme(theme)
     size = None if size is None else (round(float(size[0]), 3), round(float(size[1]), 3))
+    if dpi is None:
+        dpi = auto_dpi(size or figure_size(graph, theme, title, show_grads))
     key = picture_key(graph, theme, title, show_grads, dpi, size)
     if key in _PNG_CACHE:
         return _PNG_CACHE[key]
@@ -763,7 +793,7 @@ def _new_stamps(transform, zorder: float):
     return _stamps_class()(transform, zorder)
 
 
-def _rasterise(dpi: float, add: Callable) -> tuple:
+def _rasterise(dpi: float, add: Callable, size_hint=(3.0, 1.0)) -> tuple:
     """Draw one artist alone on a transparent canvas; its pixels and offset from its anchor.
 
     ``add(figure, x, y)`` adds the artist anchored at pixel ``(x, y)`` and returns
@@ -781,7 +811,9 @@ def _rasterise(dpi: float, add: Callable) -> tuple:
         _SCRATCH.append((fig, FigureCanvasAgg(fig)))
     fig, canvas = _SCRATCH[0]
     fig.set_dpi(dpi)
-    for _ in range(3):
+    # start small (clearing a canvas sized for the legend costs more than drawing a label)
+    fig.set_size_inches(*size_hint)
+    for _ in range(4):
         w_px, h_px = round(fig.get_figwidth() * dpi), round(fig.get_figheight() * dpi)
         ax_px, ay_px = w_px // 2, h_px // 2
         artist = add(fig, ax_px, ay_px)
@@ -819,8 +851,11 @@ def _text_stamp(s: str, dpi: float, **kw) -> tuple:
 
     key = ("text", s, dpi, tuple(sorted(
         (k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in kw.items())))
+    lines = s.split("\n")
+    hint = (math.ceil(max(map(len, lines)) * kw.get("fontsize", FONT) / 72 * 1.4 + 0.6),
+            math.ceil(len(lines) * kw.get("fontsize", FONT) / 72 * 1.6 + 0.6))
     return _remember(key, lambda: _rasterise(dpi, lambda fig, x, y: fig.text(
-        x, y, s, transform=IdentityTransform(), **kw)))
+        x, y, s, transform=IdentityTransform(), **kw), hint))
 
 
 def _shape_stamp(key: tuple, make: Callable, dpi: float) -> tuple:
@@ -832,7 +867,13 @@ def _shape_stamp(key: tuple, make: Callable, dpi: float) -> tuple:
         artist.set_transform(Affine2D().scale(dpi).translate(x, y))  # inches, like the axes
         return fig.add_artist(artist)
 
-    return _remember(("shape", key, dpi), lambda: _rasterise(dpi, add))
+    if key[0] == "arrow":  # drawn from the anchor along its polyline, either way
+        hint = (2 * max(abs(p[0]) for p in key[1]) + 0.8, 2 * max(abs(p[1]) for p in key[1]) + 0.8)
+    elif key[0] == "box":
+        hint = (key[1] + 0.8, key[2] + 0.8)
+    else:
+        hint = (1.0, 1.0)
+    return _remember(("shape", key, dpi), lambda: _rasterise(dpi, add, hint))
 
 
 def _legend_stamp(legend: tuple, ncol: int, dpi: float) -> tuple:
@@ -843,21 +884,29 @@ def _legend_stamp(legend: tuple, ncol: int, dpi: float) -> tuple:
         return fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(x, y),
                           bbox_transform=IdentityTransform(), **_legend_kw(ncol))
 
-    return _remember(("legend", legend, ncol, dpi), lambda: _rasterise(dpi, add))
+    return _remember(("legend", legend, ncol, dpi), lambda: _rasterise(dpi, add, (10.0, 1.5)))
 
 
 def _encode_png(rgba, dpi: float) -> bytes:
-    """RGBA pixels as a PNG: zlib level 1, no row filters (3x faster than Pillow's encoder)."""
+    """Opaque RGBA pixels as an RGB PNG: zlib level 1, no row filters (3x faster than Pillow's
+    encoder; the alpha channel, always 255 here, would be a quarter of the bytes to compress)."""
     import numpy as np
 
     h, w, _ = rgba.shape
-    rows = np.zeros((h, w * 4 + 1), np.uint8)  # a 0 (no filter) byte before each row
-    rows[:, 1:] = rgba.reshape(h, w * 4)
+    rgb = memoryview(np.ascontiguousarray(rgba[..., :3])).cast("B")
+    stride = w * 3
+    packer = zlib.compressobj(1)
+    parts = []
+    for y in range(h):  # a 0 (no filter) byte before each row, fed without one big copy
+        parts.append(packer.compress(b"\0"))
+        parts.append(packer.compress(rgb[y * stride:(y + 1) * stride]))
+    parts.append(packer.flush())
+    data = b"".join(parts)
 
     def chunk(tag: bytes, data) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     per_metre = round(dpi / 0.0254)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
             + chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1))
-            + chunk(b"IDAT", zlib.compress(rows, 1)) + chunk(b"IEND", b""))
+            + chunk(b"IDAT", data) + chunk(b"IEND", b""))

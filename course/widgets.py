@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from course import themes
 
 __all__ = ["Step", "Scenario", "Controls", "Run", "SCENARIOS", "run_scenario",
-           "GraphExplorer", "BackwardStepper", "static_mode", "picture_size", "explain"]
+           "GraphExplorer", "BackwardStepper", "static_mode", "picture_size", "picture_sizes",
+           "explain"]
 
 NONE = "(none)"
 
@@ -200,12 +201,19 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
 def picture_size(scenario: Scenario | str, controls: Controls | None = None,
                  theme: str = "logistics") -> tuple:
     """One figure size (inches) for every picture an explorer of ``scenario`` shows in
-    ``theme``.
+    ``theme`` (see :func:`picture_sizes`)."""
+    return picture_sizes(scenario, controls)[themes.check_theme(theme)]
+
+
+def picture_sizes(scenario: Scenario | str, controls: Controls | None = None) -> dict:
+    """``theme -> (w, h)``: one figure size (inches) per theme for every picture an explorer
+    of ``scenario`` shows.
 
     The largest :func:`course.draw.figure_size` over the states one click away from
     ``controls`` (each ``requires_grad`` flipped, all off, each ``detach``/``no_grad``
     choice), with room in the legend for every mark the controls can add: the picture
-    keeps its size while the learner clicks, so nothing below it jumps.
+    keeps its size while the learner clicks, so nothing below it jumps. A theme switch
+    changes every word, and the size with them.
     """
     from course.draw import figure_size
 
@@ -218,15 +226,16 @@ def picture_size(scenario: Scenario | str, controls: Controls | None = None,
     tensors_ = [n for n in scenario.step_names() if n not in scenario.step_names("module")]
     states += [Controls(requires_grad=rg, detach=n) for n in tensors_]
     states += [Controls(requires_grad=rg, no_grad=n) for n in scenario.step_names("op")]
-    width = height = 0.0
+    sizes = dict.fromkeys(themes.THEMES, (0.0, 0.0))
     for c in states:
         g = run_scenario(scenario, c).graph
         tensors = [n for n, d in g.nodes(data=True) if d["kind"] != "function"]
         if tensors:  # the marks a later click can add: retain_grad, a hook, gradients
             g.nodes[tensors[-1]].update(retains_grad=True, has_hooks=True)
-        w, h = figure_size(g, theme, scenario.title, legend_extra=("gradient",))
-        width, height = max(width, w), max(height, h)
-    return round(width, 3), round(height, 3)
+        for theme, (width, height) in sizes.items():
+            w, h = figure_size(g, theme, scenario.title, legend_extra=("gradient",))
+            sizes[theme] = (max(width, w), max(height, h))
+    return {theme: (round(w, 3), round(h, 3)) for theme, (w, h) in sizes.items()}
 
 
 def explain(message: str, theme: str, output: str) -> str:
@@ -300,11 +309,9 @@ class GraphExplorer(_Twin):
 
     def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
                  dpi: int | None = None):
-        from course.draw import RENDER_DPI
-
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.theme = themes.check_theme(theme)
-        self.dpi = dpi or RENDER_DPI
+        self.dpi = dpi  # None: course.draw.auto_dpi (2x, within a pixel budget)
         self.state = Controls(requires_grad=scenario_inputs(self.scenario))
         self.run: Run | None = None
         self.png = b""
@@ -336,8 +343,8 @@ class GraphExplorer(_Twin):
         from course.facts import tensor_table
 
         self.run = run_scenario(self.scenario, self.state)
-        if self.theme not in self.sizes:
-            self.sizes[self.theme] = picture_size(self.scenario, self.state, self.theme)
+        if not self.sizes:
+            self.sizes.update(picture_sizes(self.scenario, self.state))
         size = self.sizes[self.theme]
         needed = figure_size(self.run.graph, self.theme, self.scenario.title)
         if needed[0] > size[0] or needed[1] > size[1]:  # a state not foreseen: grow once
@@ -507,11 +514,11 @@ class BackwardStepper(_Twin):
 
     def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
                  controls: Controls | None = None, dpi: int | None = None):
-        from course.draw import RENDER_DPI, figure_size
+        from course.draw import figure_size
 
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.theme = themes.check_theme(theme)
-        self.dpi = dpi or RENDER_DPI
+        self.dpi = dpi  # None: course.draw.auto_dpi (2x, within a pixel budget)
         self.graph, self.events = record_backward(self.scenario, controls)
         self.position = 0
         self.png = b""
