@@ -38,6 +38,8 @@ def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: st
         values.append(threshold[1])
     positive = [v for v in values if v and v > 0 and math.isfinite(v)] or [1.0]
     lo = math.floor(math.log10(min(positive)))
+    if threshold:  # a decade below the threshold, so that its line stands clear of the axis
+        lo = min(lo, math.floor(math.log10(threshold[1])) - 1)
     hi = math.ceil(math.log10(max(positive)))
     hi = hi if hi > lo else lo + 1
     lo_floor = lo - (1 if bars and any(not b[0] for b in bars) else 0)

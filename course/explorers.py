@@ -58,7 +58,7 @@ WORDS: dict[str, dict[str, str]] = {
         "off": "not recorded",
     },
     "logistics": {
-        "audit": "audit (backward)", "audits": "audits (backward calls)",
+        "audit": "audit (backward)", "audits": "audit(s)",
         "monitor": "temporary monitor (retain_grad)", "probe": "inspection probe (hook)",
         "detach": "relabelled with a new waybill (detach)",
         "no_grad": "monitoring switched off (no_grad)", "edit": "repacking (in-place edit)",
@@ -67,7 +67,7 @@ WORDS: dict[str, dict[str, str]] = {
         "off": "not recorded: monitoring off",
     },
     "kitchen": {
-        "audit": "tracing back (backward)", "audits": "tracings (backward calls)",
+        "audit": "tracing back (backward)", "audits": "tracing(s)",
         "monitor": "cold-chain warehouse (retain_grad)", "probe": "tasting spoon (hook)",
         "detach": "vacuum-packed (detach)", "no_grad": "recipe notebook closed (no_grad)",
         "edit": "changing the sauce (in-place edit)",
@@ -381,8 +381,8 @@ class RetainExplorer(_Explorer):
         t = self.theme
         centre, transit = themes.term(t, "parameter"), themes.term(t, "intermediate")
         grad = themes.term(t, "gradient")
-        lines = [f"backward() ran {audits} time(s) on the same route "
-                 f"({word(t, 'audits')})."]
+        lines = [f"backward() ran {audits} time(s) on the same route"
+                 + ("." if t == "technical" else f": {audits} {word(t, 'audits')}.")]
         if audits == 0:
             lines.append(f"w ({centre}): .grad = None: no {word(t, 'audit')} has run yet.")
         else:
