@@ -276,3 +276,13 @@ def test_l05_view_made_in_inference_mode_is_not_an_inference_tensor():
         window = n[0:2]
     assert made.is_inference() and not made.requires_grad
     assert not window.is_inference() and window.requires_grad and window.grad_fn is None
+
+
+def test_l05_view_made_in_inference_mode_sends_nothing_back():
+    """Lesson 05, section 4: backward through a view taken inside inference_mode() stores
+    nothing, neither in the view nor in the tensor it views."""
+    n = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with torch.inference_mode():
+        window = n[0:2]
+    (window * 2).sum().backward()
+    assert window.grad is None and n.grad is None
