@@ -570,13 +570,14 @@ class HookExplorer(_Explorer):
             lines.append(f"no {probe_word}: w.grad = {_vec(w.grad)} = {passes} x "
                          f"{_vec(passing)}.")
         else:
-            what = {"look": "only looked", "scale": "replaced it by g * 0.1",
-                    "clip": "replaced it by g.clamp(-1, 1)"}[s["action"]]
+            what = {"look": "only looked", "scale": "replaced what passed by g * 0.1",
+                    "clip": "replaced what passed by g.clamp(-1, 1)"}[s["action"]]
             lines.append(f"the {probe_word} ran {len(seen)} time(s) and {what}"
                          + (": removed after the first pass, it saw nothing of the others."
                             if s["remove"] and passes > 1 else "."))
-            lines.append(f"w.grad = {_vec(w.grad)}: what reached .grad, added up over the "
-                         f"passes ({grad}).")
+            name = "gradient" if t == "technical" else grad.split(" (")[0]
+            lines.append(f"w.grad = {_vec(w.grad)}: the {name} that reached .grad in each "
+                         "pass, added up.")
         self.lines = lines
         self.code = code
 
