@@ -582,8 +582,8 @@ class HookExplorer(_Explorer):
         self.code = code
 
     def _control_widgets(self) -> list:
-        return [[self._checkbox("hook", "install the hook: w.register_hook(...)"),
-                 self._checkbox("remove", "handle.remove() after the first pass")],
+        return [[self._checkbox("hook", "install the hook: w.register_hook(...)")],
+                [self._checkbox("remove", "take it off: handle.remove() after the first pass")],
                 [self._buttons("action", "the hook:",
                                [("only looks", "look"), ("scales by 0.1", "scale"),
                                 ("clips to [-1, 1]", "clip")])],
