@@ -1,7 +1,7 @@
 """Benchmark: stock ``nbgrader autograde`` against ``autograder grade`` on a synthetic class.
 
     python benchmarks/bench_grade.py [--students 40] [--assignment 01_leaves] [--repeats 1]
-                                     [--workers N] [--timeout 15] [--no-sandbox]
+                                     [--workers N] [--timeout S] [--no-sandbox]
 
 Builds a class of ``--students`` submissions of a real assignment of this course (full,
 partial, blank, wrong answers and one that hangs in a cell), grades the same submissions
@@ -87,15 +87,17 @@ def per_cell(course: Path, assignment: str) -> dict:
 
 def run_stock(course: Path, assignment: str, timeout: int) -> float:
     t0 = time.perf_counter()
-    nbgrader("autograde", assignment, "--force", f"--Execute.timeout={timeout}",
-             f"--ExecutePreprocessor.timeout={timeout}", course=course, timeout=7200)
+    extra = [f"--Execute.timeout={timeout}", f"--ExecutePreprocessor.timeout={timeout}"] \
+        if timeout else []
+    nbgrader("autograde", assignment, "--force", *extra, course=course, timeout=7200)
     return time.perf_counter() - t0
 
 
 def run_ours(course: Path, assignment: str, timeout: int, workers: int | None,
              sandbox: bool) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--quiet",
-           "--timeout", str(timeout)]
+    cmd = [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--quiet"]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
     if workers:
         cmd += ["--workers", str(workers)]
     if not sandbox:
@@ -117,7 +119,9 @@ def main() -> int:
     ap.add_argument("--students", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--timeout", type=int, default=15, help="per-cell timeout, both graders")
+    ap.add_argument("--timeout", type=int, default=0,
+                    help="per-cell timeout, both graders (default 0: the course's own "
+                         "configuration, 120 s)")
     ap.add_argument("--no-sandbox", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the scratch courses")
     args = ap.parse_args()
@@ -136,7 +140,8 @@ def main() -> int:
           + ", ".join(f"{k} {sum(v == k for v in kinds.values())}"
                       for k in ("full", "partial", "blank", "wrong", "hanging")))
     print(f"cores: {os.cpu_count()}, workers: {args.workers or os.cpu_count()}, "
-          f"sandbox: {sandbox}, per-cell timeout: {args.timeout} s")
+          f"sandbox: {sandbox}, per-cell timeout: "
+          f"{f'{args.timeout} s' if args.timeout else 'the course configuration'}")
 
     stock_t, ours_t, reports = [], [], []
     for r in range(args.repeats):

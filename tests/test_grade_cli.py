@@ -17,6 +17,7 @@ import sys
 from html import unescape
 from pathlib import Path
 
+import nbformat
 import pytest
 from helpers import answer_ids
 from helpers import make_course as make_real_course
@@ -194,3 +195,37 @@ def test_grades_a_released_assignment_the_gradebook_does_not_know(tmp_path):
     assert {s: (r["status"], r["score"]) for s, r in rows.items()} == \
         {"full": ("graded", 7.0), "blank": ("graded", 0.0)}, proc.stdout
     assert (course / "release" / "ps1" / "ps1.ipynb").read_bytes() == released
+
+
+def test_a_runaway_cell_is_stopped_at_its_measured_limit(tmp_path):
+    """The course allows 120 s per cell; the solution's cells take milliseconds, so with
+    `--cell-limit-floor 3` a learner's endless loop is interrupted after 3 s, reported with
+    its limit and why; the other submissions score as under the fixed limit, and the loop's
+    own submission loses only that (ungraded) cell."""
+    course = make_course(tmp_path)
+    cfg = course / "nbgrader_config.py"
+    cfg.write_text(cfg.read_text().replace("timeout = 10", "timeout = 120"))
+    loop = answered(course, SOLVED)
+    for i, cell in enumerate(loop.cells):
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "q1_answer":
+            loop.cells.insert(i + 1, nbformat.v4.new_code_cell("while True:\n    pass"))
+            break
+    submit(course, "loops", loop)
+    submit(course, "full", answered(course, SOLVED))
+    submit(course, "partial", answered(course, {"q2_answer": SOLVED["q2_answer"]}))
+    grade(course, "ps1", "--no-calibrate", "--student", "full", "--student", "partial")
+    fixed = as_table(read_scores(course, "ps1"))
+    proc = grade(course, "ps1", "--force", "--cell-limit-floor", "3")
+    ours = as_table(read_scores(course, "ps1"))
+    assert {s: ours[s] for s in fixed} == fixed
+    assert ours["loops"] == ours["full"]  # the loop cost its own cell, nothing else
+    rows = report(course, "ps1")
+    (why,) = [r for r in rows["loops"]["reasons"] if "limit" in r]
+    assert "limit of 3 s" in why and "solution's" in why and "interrupted" in why, why
+    assert rows["full"]["status"] == rows["partial"]["status"] == "graded"
+    assert "cell limits from the solution's times" in proc.stdout
+    meta = json.loads((course / "grade-reports" / "ps1.json").read_text())
+    assert meta["cell_limits_measured"]["id:q1_answer"] < 3
+    nb = nbformat.read(course / "autograded" / "loops" / "ps1" / "ps1.ipynb", as_version=4)
+    assert any(o.get("ename") == "CellTimeoutError" for c in nb.cells if c.cell_type == "code"
+               for o in c.outputs)

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.grading.calibrate import CellLimits
 from autograder.grading.report import Outcome, Progress, summary, write_reports
 from autograder.grading.sandbox import Limits, Worker, sandbox_problem
 from autograder.grading.state import (
@@ -39,6 +40,8 @@ from autograder.grading.state import (
     remove_stale_scratch,
 )
 
+# each cell's limit: 10 x the solution's time on this machine, at least 10 s (calibrate.py)
+DEFAULT_CELL_LIMITS = CellLimits()
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -57,6 +60,7 @@ class GradeResult:
     report: Path | None
     exit_code: int
     stopped_by: int | None = None  # the signal that stopped the run, if one did
+    cell_limits: str = ""  # how the per-cell limits were set
 
 
 class GradeRefused(RuntimeError):
@@ -85,7 +89,8 @@ def _make_app(course: Path, assignment: str, force: bool, log_file: Path):
 def grade(course: Path, assignment: str, *, workers: int | None = None,
           students: list[str] | None = None, limits: Limits | None = None,
           force: bool = False, sandbox: bool = True, report: Path | None = None,
-          progress_stream=None, quiet: bool = False, wait: bool = False) -> GradeResult:
+          progress_stream=None, quiet: bool = False, wait: bool = False,
+          calibrate: CellLimits | None = DEFAULT_CELL_LIMITS) -> GradeResult:
     """Grade ``submitted/*/ASSIGNMENT`` of ``course``; see the module docstring."""
     # jsonschema (through nbformat) imports the optional rfc3987_syntax, which compiles a
     # grammar at import (1-3 s); only its "iri" format checker needs it, and nbformat's
@@ -125,7 +130,7 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
         return _grade_locked(course, assignment, n=n, students=students, limits=limits,
                              force=force, sandbox=sandbox, report=report, log_file=log_file,
                              lessons=lessons, progress_stream=progress_stream, quiet=quiet,
-                             wait=wait)
+                             wait=wait, calibrate=calibrate)
     finally:
         lock.release()
 
@@ -148,7 +153,8 @@ class _Checkpoint:
 
 def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Limits,
                   force: bool, sandbox: bool, report: Path, log_file: Path, lessons: list[str],
-                  progress_stream, quiet: bool, wait: bool) -> GradeResult:
+                  progress_stream, quiet: bool, wait: bool,
+                  calibrate: CellLimits | None) -> GradeResult:
     from nbgrader.converters.base import NbGraderException
 
     from autograder.grading.engine import ParallelAutograde
@@ -202,7 +208,8 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
             checkpoint.write()
 
         conv = ParallelAutograde(coursedir=app.coursedir, parent=app, workers=pool,
-                                 limits=limits, students=students, on_outcome=on_outcome)
+                                 limits=limits, students=students, on_outcome=on_outcome,
+                                 calibrate=calibrate)
         conv.init_notebooks()
         if not quiet:
             progress = Progress(len(conv.assignments), progress_stream)
@@ -225,7 +232,10 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     _fill_scores(course, assignment, outcomes, app)
     elapsed = time.monotonic() - t0
     stopped_by = conv.stop_signal
-    meta.update({"elapsed_s": round(elapsed, 2), "finished": stopped_by is None})
+    meta.update({"elapsed_s": round(elapsed, 2), "finished": stopped_by is None,
+                 "cell_limits": conv.calibration_note or "the configured timeout",
+                 "cell_limits_measured": dict(conv.cell_limits.measured)
+                 if conv.cell_limits else None})
     if stopped_by is not None:
         meta["stopped_by"] = signal.Signals(stopped_by).name
     write_reports(outcomes, report, meta)
@@ -233,7 +243,7 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
         code = 128 + stopped_by
     else:
         code = 1 if any(o.status == "failed" for o in outcomes) else 0
-    return GradeResult(outcomes, elapsed, report, code, stopped_by)
+    return GradeResult(outcomes, elapsed, report, code, stopped_by, conv.calibration_note)
 
 
 def _ensure_registered(course: Path, assignment: str, app) -> None:
@@ -320,6 +330,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="JSON report (a CSV is written beside it; default: "
                         "grade-reports/ASSIGNMENT.json)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.add_argument("--cell-limit-factor", type=float, default=CellLimits.factor, metavar="X",
+                   help="each cell's time limit is X times the solution's time for it, "
+                        "measured at the start of the run (default: 10)")
+    p.add_argument("--cell-limit-floor", type=float, default=CellLimits.floor, metavar="S",
+                   help="no cell's limit is below S seconds (default: 10)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="do not time the solution: every cell gets the configured timeout")
     p.add_argument("--wait", action="store_true",
                    help="if another run is grading this course, wait for it instead of "
                         "refusing")
@@ -338,11 +355,14 @@ def main(args: argparse.Namespace) -> int:
         result = grade(Path(args.course), args.assignment, workers=args.workers,
                        students=args.student, limits=limits, force=args.force,
                        sandbox=not args.no_sandbox, report=args.report, quiet=args.quiet,
-                       wait=args.wait)
+                       wait=args.wait, calibrate=None if args.no_calibrate else CellLimits(
+                           factor=args.cell_limit_factor, floor=args.cell_limit_floor))
     except GradeRefused as exc:
         print(f"autograder grade: {exc}", file=sys.stderr)
         return 2
     print(summary(result.outcomes, result.elapsed))
+    if result.cell_limits:
+        print(result.cell_limits)
     print(f"report: {result.report} and {result.report.with_suffix('.csv')}")
     if result.stopped_by is not None:
         left = [o for o in result.outcomes if o.status == "not graded"]

@@ -56,6 +56,7 @@ from nbgrader.preprocessors import (
 from nbgrader.utils import rmtree
 from traitlets.config import Config
 
+from autograder.grading.calibrate import CellLimits, measure
 from autograder.grading.execute import WorkerExecute
 from autograder.grading.report import Outcome
 from autograder.grading.sandbox import Limits, Worker
@@ -358,8 +359,12 @@ class ParallelAutograde(Autograde):
     """``nbgrader autograde`` with execution in parallel workers; one outcome per submission."""
 
     def __init__(self, *, workers: list[Worker], limits: Limits, students: list[str] | None,
-                 on_outcome=None, **kwargs) -> None:
+                 on_outcome=None, calibrate: CellLimits | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        # per-cell limits from the solution's own times (None: the configured timeout only)
+        self.calibration = calibrate
+        self.cell_limits: CellLimits | None = None
+        self.calibration_note = ""
         self.workers = workers
         self.limits = limits
         self.only_students = set(students) if students else None
@@ -680,13 +685,14 @@ class ParallelAutograde(Autograde):
             t0 = time.monotonic()
             worker.stage_job(files)
             crash_point("execute")
-            ep = WorkerExecute(worker, self.limits, parent=self)
+            ep = WorkerExecute(worker, self.limits, self.cell_limits, parent=self)
             try:
                 executed, _ = ep.preprocess(nb, {"metadata": {"path": str(dest)}})
                 job.executed[path] = executed
-                if ep.timed_out:
-                    job.notes.append(f"{name}: cell(s) {', '.join(map(str, ep.timed_out))} "
-                                     f"timed out after {ep.timeout} s and were interrupted")
+                for index in ep.timed_out:
+                    limit, why = ep.limit_of.get(index, (ep.timeout, "the configured timeout"))
+                    job.notes.append(f"{name}: cell {index} ran longer than its limit of "
+                                     f"{limit:g} s ({why}) and was interrupted")
                 if ep.stopped:
                     job.notes.append(f"{name}: {ep.stopped}; the cells after it score 0")
                 if ep.output_dropped:
@@ -700,6 +706,45 @@ class ParallelAutograde(Autograde):
                 except Exception:
                     worker.stop()  # restarted for the next job
                 job.busy += time.monotonic() - t0
+
+    def _calibrate(self, known: list[str]) -> None:
+        """Run the assignment's source notebooks once, as a submission; keep each cell's time."""
+        assert self.calibration is not None
+        assignment = self.coursedir.assignment_id
+        src = Path(self.coursedir.format_path(self.coursedir.source_directory, ".", assignment))
+        worker = self.workers[0]
+        measured: dict[str, float] = {}
+        t0 = time.monotonic()
+        try:
+            for name in known:
+                path = src / f"{name}.ipynb"
+                self._ensure_worker(worker)
+                files = {str(p.relative_to(src)): p for p in src.rglob("*")
+                         if p.is_file() and not p.is_symlink()
+                         and ".ipynb_checkpoints" not in p.parts}
+                worker.stage_job(files)
+                ep = WorkerExecute(worker, self.limits, parent=self)
+                try:
+                    executed, _ = ep.preprocess(nbformat.read(path, as_version=4),
+                                                {"metadata": {"path": str(src)}})
+                finally:
+                    worker.finish()
+                if ep.stopped or ep.timed_out:
+                    raise RuntimeError(ep.stopped or f"cell {ep.timed_out[0]} timed out")
+                measured.update(measure(executed))
+        except Exception as exc:
+            self.calibration_note = (f"the solution could not be timed ({exc}); every cell "
+                                     f"has the configured limit")
+            self.log.warning("calibration failed: %s", exc)
+            worker.stop()
+            return
+        self.cell_limits = CellLimits(measured, self.calibration.factor, self.calibration.floor,
+                                      None)
+        slowest = max(measured.values(), default=0.0)
+        self.calibration_note = (
+            f"cell limits from the solution's times on this machine ({time.monotonic() - t0:.1f}"
+            f" s to measure; slowest cell {slowest:.2f} s): {self.calibration.factor:g} x each "
+            f"cell's time, at least {self.calibration.floor:g} s")
 
     def _kill_workers(self, in_flight: dict[int, Job]) -> None:
         """Second Ctrl-C: what the workers are executing is abandoned and rolled back."""
@@ -721,6 +766,7 @@ class ParallelAutograde(Autograde):
             t.start()
         known = self._known_notebooks(self.coursedir.assignment_id)  # opens the gradebook
         self.ledger = Ledger(self.coursedir.db_url)
+        calibrated = self.calibration is None
         # prepare only a little ahead of the workers: a stopped run leaves few half-done
         # submissions to roll back, and the driver scores while the workers execute
         max_ahead = len(self.workers) + 1
@@ -810,6 +856,9 @@ class ParallelAutograde(Autograde):
                 if not in_flight and not any(w.alive() for w in self.workers):
                     for w in self.workers:  # first job: they import torch meanwhile
                         w.start()
+                if not calibrated:  # first job: time the solution (not when all is skipped)
+                    calibrated = True
+                    self._calibrate(known)
                 in_flight[id(job)] = job
                 jobs.put(job)
                 while in_flight:  # score what has come back; wait when far enough ahead

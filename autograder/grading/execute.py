@@ -23,6 +23,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets.config import Config
 
+from autograder.grading.calibrate import CellLimits
 from autograder.grading.sandbox import Limits, Worker, WorkerKernelManager
 
 TRUNCATED = "[output truncated by the grader: this notebook printed more than {:,} bytes]\n"
@@ -45,7 +46,8 @@ def _size(msg: dict) -> int:
 class WorkerExecute(Execute):
     """nbgrader's ``Execute`` running the kernel in a worker, under a whole-notebook deadline."""
 
-    def __init__(self, worker: Worker, limits: Limits, **kwargs) -> None:
+    def __init__(self, worker: Worker, limits: Limits, cell_limits: CellLimits | None = None,
+                 **kwargs) -> None:
         kwargs["kernel_manager_class"] = WorkerKernelManager.for_worker(worker)
         super().__init__(**kwargs)
         # through the config: nbconvert's preprocess() re-runs NotebookClient.__init__,
@@ -58,12 +60,27 @@ class WorkerExecute(Execute):
         self.update_config(c)
         self.worker = worker
         self.limits = limits
+        self.cell_limits = cell_limits
+        self.limit_of: dict[int, tuple[float | None, str]] = {}  # cell index -> limit, why
         self.stopped: str | None = None  # why execution stopped early, if it did
         self.cells_run = 0
         self.output_dropped = 0
 
+    # -- per-cell limits measured on this machine (autograder.grading.calibrate)
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        if self.cell_limits is None or cell is None:
+            return timeout
+        limit, why = self.cell_limits.limit(cell)
+        if timeout is not None and (limit is None or limit >= timeout):
+            return timeout
+        self.limit_of[self._index] = (limit, why)
+        return limit
+
     # -- whole-notebook deadline and dead kernels
     def preprocess(self, nb, resources=None, km=None):
+        self.limit_of = {}
+        self._index = -1
         self.stopped = None
         self.timed_out: list[int] = []
         self.cells_run = 0
@@ -99,6 +116,7 @@ class WorkerExecute(Execute):
                 cell.outputs = [_error("NotExecuted", f"not run: {self.stopped}")]
                 cell.execution_count = None
             return cell, resources
+        self._index = index
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
