@@ -50,12 +50,12 @@ EDGE_FONT = 9.5       # gradients written on the edges (BackwardStepper)
 TITLE_FONT = 12.0
 CHAR_W = 0.6 * FONT / 72    # inches per character, a safe average (layout estimates only)
 LINE_H = 1.25 * FONT / 72
-PAD_X, PAD_Y = 0.07, 0.06   # inches between a label and its box's text area edge
-PAD_X_ROUND4 = 0.13         # more for the wobbly intermediate shape, narrower at its ends
+PAD_X, PAD_Y = 0.06, 0.06   # inches between a label and its box's text area edge
+PAD_X_ROUND4 = 0.12         # more for the wobbly intermediate shape, narrower at its ends
 BOX_PAD = 0.05              # the boxstyle's pad (inches), outside the text area
-SHAPE_OUT = BOX_PAD + 0.04  # everything a shape draws outside its text area: pad, teeth, outline
+SHAPE_OUT = BOX_PAD + 0.03  # everything a shape draws outside its text area: pad, teeth, outline
 COL_PAD = 0.03              # free inches at each side of a column's widest node
-GAP_X = 0.45                # inches between columns: edges cross here, and only here
+GAP_X = 0.42                # inches between columns: edges cross here, and only here
 ROW_GAP = 0.32              # inches between the drawn extents of two nodes in a column
 MARGIN = 0.25
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
@@ -349,7 +349,7 @@ def _legend_handles(theme: str, present, retained: bool, hooked: bool, grads: bo
 def _legend_kw(ncol: int) -> dict:
     from matplotlib.text import Text
 
-    return {"loc": "lower center", "ncol": ncol, "fontsize": FONT, "frameon": False,
+    return {"loc": "lower left", "ncol": ncol, "fontsize": FONT, "frameon": False,
             "handler_map": {Text: _TextHandler()}, "handlelength": 1.6, "columnspacing": 1.4}
 
 
@@ -432,8 +432,8 @@ def _frame(geo: Geometry, legend: tuple, title: str | None, size=None):
     fig_h = geo.height + legend_h + title_h
     if size is not None:
         fig_w, fig_h = max(fig_w, size[0]), max(fig_h, size[1])
-    ox = (fig_w - geo.width) / 2
-    oy = fig_h - title_h - geo.height       # the graph area sits right under the title
+    ox = 0.0                                # everything starts at the left: a graph wider than
+    oy = fig_h - title_h - geo.height       # the notebook shows its start, title and legend
     return fig_w, fig_h, ox, oy, ncol, legend_h
 
 
@@ -545,20 +545,21 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
                  va="center", fontsize=EDGE_FONT, color=red, bbox=_EDGE_LABEL_BOX)
 
     title_y = 1 - 0.1 / fig.get_figheight()
+    left = MARGIN / fig.get_figwidth()
     n_handles = len(_legend_labels(legend))
     if stamps:
         top = fig.add_artist(_new_stamps(fig.transFigure, 5))
         if n_handles:
-            top.add(0.5, 0.0, _legend_stamp(legend, legend_cols, fig.dpi))
+            top.add(left, 0.0, _legend_stamp(legend, legend_cols, fig.dpi))
         if title:
-            top.add(0.5, title_y, _text_stamp(title, fig.dpi, ha="center", va="top",
-                                              fontsize=TITLE_FONT))
+            top.add(left, title_y, _text_stamp(title, fig.dpi, ha="left", va="top",
+                                               fontsize=TITLE_FONT))
         return
     if n_handles:
-        fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(0.5, 0.0),
+        fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(left, 0.0),
                    **_legend_kw(legend_cols))
     if title:
-        fig.suptitle(title, fontsize=TITLE_FONT, y=title_y)
+        fig.suptitle(title, fontsize=TITLE_FONT, x=left, y=title_y, ha="left")
 
 
 def _patch_kw(style: dict) -> dict:
@@ -649,7 +650,7 @@ def display_width(png: bytes) -> int:
     i = png.find(b"pHYs")
     if i > 0:
         per_metre = struct.unpack(">I", png[i + 4:i + 8])[0]
-        dpi = per_metre * 0.0254 or RENDER_DPI
+        dpi = round(per_metre * 0.0254) or RENDER_DPI
     return max(1, round(w * DISPLAY_DPI / dpi))
 
 
