@@ -475,7 +475,8 @@ class SkipPathExplorer(_Explorer):
         shown = cut if detach else kept
         orders = math.log10(kept[0] / cut[0]) if cut[0] > 0 else float("inf")
         skip = "identity.detach()" if detach else "identity"
-        self.code = [f"for conv1, conv2 in layers[:{blocks}]:",
+        self.code = ["h = x                     # x = torch.randn(4, 16), requires grad",
+                     f"for conv1, conv2 in layers[:{blocks}]:",
                      "    identity = h", "    h = conv2(conv1(h).relu())",
                      f"    h = h + {skip}", "h.sum().backward()   # then read x.grad.norm()"]
         self.lines = [
