@@ -116,7 +116,8 @@ def bench_lessons(repeats: int) -> list[dict]:
     return rows
 
 
-def phases(scenario: Scenario, controls: Controls, dpi: int) -> tuple[float, float, float]:
+def phases(scenario: Scenario, controls: Controls, dpi: int,
+           size=None) -> tuple[float, float, float]:
     """Seconds for build, draw and PNG encoding of one change (the steps of render_png)."""
     t0 = time.perf_counter()
     run = run_scenario(scenario, controls)
@@ -124,7 +125,8 @@ def phases(scenario: Scenario, controls: Controls, dpi: int) -> tuple[float, flo
     with draw._LOCK, matplotlib.rc_context(draw.FAST_TEXT):
         fig, canvas, ax = draw._canvas(dpi)
         try:
-            draw._draw(run.graph, fig, ax, "logistics", scenario.title, True, stamps=True)
+            draw._draw(run.graph, fig, ax, "logistics", scenario.title, True, stamps=True,
+                       size=size)
             canvas.draw()
             t2 = time.perf_counter()
             draw._encode_png(np.asarray(canvas.buffer_rgba()), dpi)
@@ -164,18 +166,22 @@ def bench(layers: int, repeats: int, dpi: int) -> dict:
         cpu.append(time.process_time() - c)
     explorer.set(theme="logistics")
     theme = statistics.median(wall), statistics.median(cpu)
-    parts = [phases(scenario, Controls(requires_grad={"w1": i % 2 == 0}, backward=True), dpi)
-             for i in range(repeats)]
+    size = explorer.sizes[explorer.theme]
+    used = dpi or draw.auto_dpi(size)
+    parts = [phases(scenario, Controls(requires_grad={"w1": i % 2 == 0}, backward=True), used,
+                    size) for i in range(repeats)]
     build, drawn, png = (statistics.median(p[k] for p in parts) for k in range(3))
+    pixels = int.from_bytes(explorer.png[16:20]), int.from_bytes(explorer.png[20:24])
     return {"nodes": len(explorer.run.graph), "new": new, "bare": bare, "theme": theme,
-            "seen": seen,
-            "build": build, "draw": drawn, "png": png}
+            "seen": seen, "build": build, "draw": drawn, "png": png, "dpi": used,
+            "pixels": pixels, "css": draw.display_width(explorer.png)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--dpi", type=int, default=72)
+    parser.add_argument("--dpi", type=int, default=None,
+                        help="render dpi (default: the explorer's own, course.draw.auto_dpi)")
     parser.add_argument("--only", choices=("chain", "lessons"), default=None,
                         help="time only the chain explorers or only the lesson explorers")
     args = parser.parse_args()
@@ -185,7 +191,7 @@ def main() -> None:
     lessons = [] if args.only == "chain" else bench_lessons(args.repeats)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}, "
-          f"matplotlib {matplotlib.__version__}, dpi {args.dpi}, {args.repeats} repeats\n")
+          f"matplotlib {matplotlib.__version__}, dpi {args.dpi or 'auto'}, {args.repeats} repeats\n")
     if lessons:
         print("| lesson explorer | graph nodes | median, first picture + clicks: CPU | same: wall "
               "| first picture: CPU | first picture: wall | worst (wall) |")
@@ -199,14 +205,15 @@ def main() -> None:
         return
     print("| nodes | new state: CPU | new state: wall | nothing cached: CPU | nothing cached: "
           "wall | first theme switch: CPU | first theme switch: wall | seen before (wall) "
-          "| build | draw | PNG encode |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| build | draw | PNG encode | PNG pixels (dpi) | shown at (CSS px) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['nodes']} | {r['new'][1] * 1e3:.0f} ms | {r['new'][0] * 1e3:.0f} ms | "
               f"{r['bare'][1] * 1e3:.0f} ms | {r['bare'][0] * 1e3:.0f} ms | "
               f"{r['theme'][1] * 1e3:.0f} ms | {r['theme'][0] * 1e3:.0f} ms | "
               f"{r['seen'][0] * 1e3:.1f} ms | {r['build'] * 1e3:.1f} ms | "
-              f"{r['draw'] * 1e3:.1f} ms | {r['png'] * 1e3:.1f} ms |")
+              f"{r['draw'] * 1e3:.1f} ms | {r['png'] * 1e3:.1f} ms | "
+              f"{r['pixels'][0]}x{r['pixels'][1]} ({r['dpi']}) | {r['css']} |")
 
 
 if __name__ == "__main__":
