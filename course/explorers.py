@@ -46,7 +46,8 @@ from course.charts import matplotlib_chart, svg_chart
 from course.widgets import _png_image, _png_widget_output, _Twin, static_mode
 
 __all__ = ["RetainExplorer", "SkipPathExplorer", "HookExplorer", "NoGradExplorer",
-           "InplaceExplorer", "DoctorExplorer", "EXPLORERS", "svg_chart"]
+           "InplaceExplorer", "DoctorExplorer", "EXPLORERS", "svg_chart", "doctor_patient",
+           "patient_source"]
 
 # Words for what a lesson does to the graph, per theme (COURSE.md's table); the kinds of
 # tensor and the marks come from course.themes.
@@ -800,6 +801,19 @@ BUGS = {
 _STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "exploding": "#e03131"}
 
 
+def patient_source(bug: str) -> str:
+    """The loss function of :func:`doctor_patient` with ``bug``, as Python source."""
+    act = "torch.sigmoid" if bug == "sigmoid" else "torch.relu"
+    first = {
+        "detach": f"    h = {act}(model[0](x)).detach()        # the bug: detach()\n",
+        "no_grad": f"    with torch.no_grad():                   # the bug: no_grad()\n"
+                   f"        h = {act}(model[0](x))\n",
+    }.get(bug, f"    h = {act}(model[0](x))\n")
+    return ("def loss_fn():\n" + first
+            + f"    for layer in model[1:-1]:\n        h = {act}(layer(h))\n"
+            + "    return F.mse_loss(model[-1](h), y)\n")
+
+
 def doctor_patient(bug: str, layers: int):
     """The model and the loss function of :class:`DoctorExplorer`: ``layers`` Linear layers
     of width 16 (the last maps to 1, Kaiming-initialised) with ReLU (or sigmoid) between,
@@ -820,20 +834,11 @@ def doctor_patient(bug: str, layers: int):
     if bug == "dead_relu":
         with torch.no_grad():
             model[0].bias.fill_(-10.0)
-    act = torch.sigmoid if bug == "sigmoid" else torch.relu
-
-    def loss_fn():
-        h = x
-        for i, layer in enumerate(model):
-            ctx = torch.no_grad() if bug == "no_grad" and i == 0 else contextlib.nullcontext()
-            with ctx:
-                h = layer(h)
-                if i < len(model) - 1:
-                    h = act(h)
-            if bug == "detach" and i == 0:
-                h = h.detach()
-        return F.mse_loss(h, y)
-
+    namespace = {"torch": torch, "F": F, "model": model, "x": x, "y": y}
+    # compiled as "patient.py", so the doctor names the patient's own lines (stable, and
+    # shown to the learner in the explorer's code listing)
+    exec(compile(patient_source(bug), "patient.py", "exec"), namespace)  # course-authored
+    loss_fn = namespace["loss_fn"]
     return model, loss_fn
 
 
@@ -862,8 +867,13 @@ class DoctorExplorer(_Explorer):
         self.numbers = {"norms": norms, "statuses": statuses, "ok": report.ok,
                         "findings": [(f.param, f.status) for f in report.findings]}
         act = "sigmoid" if bug == "sigmoid" else "relu"
-        self.code = [f"model = {layers} x nn.Linear, {act} between   # {BUGS[bug]}",
-                     "report = diagnose(model, step=loss_fn, vanishing=1e-4, "
+        setup = {"dead_relu": ["model[0].bias.fill_(-10.0)                # the bug: dead ReLU"],
+                 "sigmoid": ["# the bug: sigmoid between the layers (more layers, more fading)"]}
+        self.code = [f"model = nn.ModuleList({layers} x nn.Linear)   # {act} between them",
+                     *setup.get(bug, []),
+                     "# patient.py",
+                     *patient_source(bug).splitlines(),
+                     f"report = diagnose(model, step=loss_fn, vanishing=1e-4, "
                      f"theme={self.theme!r})"]
         lines = [f"{BUGS[bug]}, {layers} layers: the doctor found "
                  f"{len(report.findings)} finding(s)."]

@@ -359,3 +359,12 @@ def test_svg_chart_legend_wraps_inside_the_picture():
     assert height > 300  # extra legend rows
     for x, label in re.findall(r'<text x="([\d.]+)" y="[\d.]+" font-size="12">([^<]+)<', svg):
         assert float(x) + 7.2 * len(label) <= width, label
+
+
+def test_doctor_names_the_patients_own_line():
+    """The doctor's location is patient.py's line, shown in the code listing: it does not
+    move when course/explorers.py is edited (the graded outputs stay the same)."""
+    ex = X.DoctorExplorer(bug="detach")
+    assert "patient.py:2 in loss_fn" in ex.status()
+    assert ex.code[ex.code.index("# patient.py") + 2].lstrip().startswith("h = torch.relu(")
+    assert "detach()" in ex.code[ex.code.index("# patient.py") + 2]
