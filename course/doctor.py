@@ -506,16 +506,10 @@ def _figure_class():
             def _repr_png_(self):
                 return _figure_png(self)
 
-        try:  # IPython's inline backend formats every Figure itself unless told otherwise
-            from IPython import get_ipython
-
-            shell = get_ipython()
-        except ImportError:  # pragma: no cover - IPython is a course dependency
-            shell = None
-        if shell is not None:
-            shell.display_formatter.formatters["image/png"].for_type(GradientFlowFigure,
-                                                                     _figure_png)
         _FIGURE_CLASS = GradientFlowFigure
+    from course.draw import register_png_printer
+
+    register_png_printer(_FIGURE_CLASS)  # the inline backend formats every Figure itself
     return _FIGURE_CLASS
 
 

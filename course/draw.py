@@ -592,7 +592,9 @@ def draw_graph(outputs_or_graph, namespace: Mapping | None = None, theme: str = 
     if ax is None:
         import matplotlib.pyplot as plt
 
-        fig = plt.figure(FigureClass=_graph_figure_class(), dpi=DISPLAY_DPI)
+        cls = _graph_figure_class()
+        register_png_printer(cls)
+        fig = plt.figure(FigureClass=cls, dpi=DISPLAY_DPI)
     else:
         fig = ax.figure
     _draw(g, fig, ax, theme, title, show_grads)
@@ -603,8 +605,8 @@ def draw_graph(outputs_or_graph, namespace: Mapping | None = None, theme: str = 
 def _graph_figure_class():
     """A ``Figure`` that Jupyter shows as a 2x PNG at 1x width (like the widgets' pictures).
 
-    IPython's inline backend formats every ``Figure`` itself (at the figure's dpi), so the
-    class registers its own PNG printer with IPython's formatter when one is running.
+    IPython's inline backend formats every ``Figure`` itself (at the figure's dpi), so
+    ``draw_graph`` registers the class's own PNG printer (:func:`register_png_printer`).
     """
     from matplotlib.figure import Figure
 
@@ -612,15 +614,30 @@ def _graph_figure_class():
         def _repr_png_(self):
             return _figure_png(self)
 
+    return GraphFigure
+
+
+def register_png_printer(cls) -> None:
+    """Make IPython show figures of ``cls`` as :func:`_figure_png` does (2x PNG at 1x width),
+    also when the inline backend has registered its own printer for every ``Figure``."""
     try:
         from IPython import get_ipython
 
         shell = get_ipython()
     except ImportError:  # pragma: no cover - IPython is a course dependency
-        shell = None
-    if shell is not None:
-        shell.display_formatter.formatters["image/png"].for_type(GraphFigure, _figure_png)
-    return GraphFigure
+        return
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["image/png"]
+    if cls not in formatter.type_printers:
+        formatter.for_type(cls, _figure_png_b64)
+
+
+def _figure_png_b64(fig):
+    import base64
+
+    png, meta = _figure_png(fig)
+    return base64.b64encode(png).decode("ascii"), meta
 
 
 def _figure_png(fig):

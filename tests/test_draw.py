@@ -227,3 +227,30 @@ def test_layout_is_cached_by_structure():
     assert graph_layout(g) == grid and len(draw._LAYOUTS) == 1
     grid["a"] = (9, 9)  # callers get a copy
     assert graph_layout(g)["a"] != (9, 9)
+
+
+def test_static_figure_shows_in_jupyter_as_a_2x_png_at_1x_width():
+    import base64
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from course import draw
+
+    shell = InteractiveShell.instance()
+    fig = draw_graph(seed003_after_backward(), theme="kitchen", title="seed 003")
+    try:
+        data, meta = shell.display_formatter.format(fig)
+        png = base64.b64decode(data["image/png"])
+        width = int.from_bytes(png[16:20])
+        assert abs(meta["image/png"]["width"] - width / 2) <= 1  # 2x pixels, shown at 1x
+        assert meta["image/png"]["width"] == round(fig.get_figwidth() * draw.DISPLAY_DPI)
+    finally:
+        plt.close(fig)
+
+
+def test_text_is_body_text_size():
+    from course import draw
+
+    # 10 pt at 96 CSS px per inch: 13.3 px, JupyterLab's body text is 13-14 px at 100 %
+    assert 13 <= draw.FONT * draw.DISPLAY_DPI / 72 <= 14
+    assert draw.RENDER_DPI == 2 * draw.DISPLAY_DPI

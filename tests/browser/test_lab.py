@@ -89,6 +89,7 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
         if page.locator(".graph-explorer").count() or nb.path is None:
             page.wait_for_selector(".graph-explorer .ge-figure img")
         page.screenshot(path=str(lab.artifact(f"{stem}-after-run-all.png")), full_page=True)
+        shoot_widgets(page, lab, stem, "before")
         text = outputs_text(page)
         for bad in FAILURE_TEXTS:
             assert bad not in text
@@ -108,6 +109,7 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
             changed(page, ".bs-status", before)
             assert "Step 1/" in page.locator(".bs-status").first.inner_text()
         page.screenshot(path=str(lab.artifact(f"{stem}-after-clicks.png")), full_page=True)
+        shoot_widgets(page, lab, stem, "after")
 
         # nbgrader's Lab extension is loaded: its Validate button sits in the notebook toolbar
         assert page.locator("jp-button.validate-button, .validate-button").count() >= 1 \
@@ -117,6 +119,20 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
     finally:
         for k in lab.api("/api/kernels"):
             lab.api(f"/api/kernels/{k['id']}", method="DELETE")
+
+
+def shoot_widgets(page, lab, stem: str, when: str) -> None:
+    """A screenshot of each explorer and stepper as the learner sees it (scrolled into view),
+    and its picture's size on the page: shown at its display width (a 2x PNG at 1x)."""
+    for css in (".graph-explorer", ".backward-stepper"):
+        widget = page.locator(css).first
+        if not page.locator(css).count():
+            continue
+        widget.scroll_into_view_if_needed()
+        widget.screenshot(path=str(lab.artifact(f"{stem}{css.replace('.', '-')}-{when}.png")))
+        img = widget.locator("img").first
+        natural, shown = img.evaluate("i => [i.naturalWidth, i.width]")
+        assert abs(natural / 2 - shown) <= 1 or natural <= shown, (css, natural, shown)
 
 
 def validate(page, lab, stem: str) -> None:
