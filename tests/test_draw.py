@@ -254,3 +254,75 @@ def test_text_is_body_text_size():
     # 10 pt at 96 CSS px per inch: 13.3 px, JupyterLab's body text is 13-14 px at 100 %
     assert 13 <= draw.FONT * draw.DISPLAY_DPI / 72 <= 14
     assert draw.RENDER_DPI == 2 * draw.DISPLAY_DPI
+
+
+def stepper_graph(k: int):
+    from course.widgets import BackwardStepper
+
+    bs = BackwardStepper.__new__(BackwardStepper)
+    from course.widgets import SCENARIOS, record_backward
+
+    bs.scenario = SCENARIOS["kitchen"]
+    bs.graph, bs.events = record_backward(bs.scenario)
+    return bs._graph_at(k)
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_labels_sit_inside_their_shapes_and_step_numbers_clear_of_borders(theme):
+    from matplotlib.patches import FancyBboxPatch
+
+    from course import draw
+
+    for g in (seed003_after_backward(), stepper_graph(2), deep_graph(2)):
+        fig = draw_graph(g, theme=theme, title="t")
+        try:
+            renderer = fig.canvas.get_renderer()
+            ax = fig.axes[0]
+            boxes = [p.get_window_extent(renderer) for p in ax.patches
+                     if isinstance(p, FancyBboxPatch)]
+            texts = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+            for n, d in g.nodes(data=True):
+                label = draw._label(d, theme)
+                t = texts[label]
+                inside = [b for b in boxes if b.x0 <= t.x0 and t.x1 <= b.x1
+                          and b.y0 <= t.y0 and t.y1 <= b.y1]
+                assert inside, (n, label)
+                if d.get("step") is not None:
+                    step = texts[f"#{d['step']}"]
+                    assert step.y0 >= inside[0].y1, n  # above the box, not on its border
+        finally:
+            plt.close(fig)
+
+
+def test_legend_lists_exactly_what_is_drawn():
+    from course import draw
+
+    plain = build_graph(torch.tensor(2.0, requires_grad=True) * 3)
+    fig = draw_graph(plain, theme="kitchen")
+    try:
+        texts = legend_texts(fig)
+        assert themes.term("kitchen", "gradient") not in texts  # no gradient is drawn
+        assert themes.term("kitchen", "retained") not in texts
+        assert themes.term("kitchen", "constant") not in texts
+    finally:
+        plt.close(fig)
+    g = stepper_graph(2)
+    fig = draw_graph(g, theme="kitchen")
+    try:
+        texts = legend_texts(fig)
+        for key in ("gradient", "step", "running", "waiting", "untracked"):
+            assert themes.term("kitchen", key) in texts
+        marks = draw._marks(g, True)
+        assert len(texts) == len(marks["present"]) + sum(
+            marks[k] for k in marks if k != "present")
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_nodes_use_the_glossary_words(theme):
+    from course import draw
+
+    for _, d in seed003_after_backward().nodes(data=True):
+        if d["kind"] != "function":
+            assert draw._label(d, theme).split("\n")[1] == themes.term(theme, d["kind"])
