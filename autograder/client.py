@@ -52,12 +52,18 @@ class Oracle:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self, preload: list[str] | None = None) -> None:
-        """Start the process if it is not running; returns at once."""
+    def start(self, preload: list[str] | None = None, spawn=None) -> None:
+        """Start the process if it is not running; returns at once.
+
+        ``spawn`` starts it: a callable with ``subprocess.Popen``'s signature that returns an
+        object with the members of ``Popen`` used here (``stdin``, ``stdout``, ``poll``,
+        ``wait``, ``kill``); default ``subprocess.Popen``. The grading workers pass one that
+        forks the oracle from the still-clean kernel (``autograder.grading.zygote``).
+        """
         if self._alive():
             return
         self._replies = queue.Queue()
-        self._proc = subprocess.Popen(
+        self._proc = (spawn or subprocess.Popen)(
             _oracle_command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -90,7 +90,8 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
           students: list[str] | None = None, limits: Limits | None = None,
           force: bool = False, sandbox: bool = True, report: Path | None = None,
           progress_stream=None, quiet: bool = False, wait: bool = False,
-          calibrate: CellLimits | None = DEFAULT_CELL_LIMITS) -> GradeResult:
+          calibrate: CellLimits | None = DEFAULT_CELL_LIMITS,
+          scheduler: str | None = None) -> GradeResult:
     """Grade ``submitted/*/ASSIGNMENT`` of ``course``; see the module docstring."""
     # jsonschema (through nbformat) imports the optional rfc3987_syntax, which compiles a
     # grammar at import (1-3 s); only its "iri" format checker needs it, and nbformat's
@@ -98,7 +99,7 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     course = course.resolve()
     limits = limits or Limits()
-    if sandbox:
+    if sandbox and scheduler is None:  # on a cluster, each Dask worker is asked instead
         problem = sandbox_problem()
         if problem:
             raise GradeRefused(
@@ -130,7 +131,7 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
         return _grade_locked(course, assignment, n=n, students=students, limits=limits,
                              force=force, sandbox=sandbox, report=report, log_file=log_file,
                              lessons=lessons, progress_stream=progress_stream, quiet=quiet,
-                             wait=wait, calibrate=calibrate)
+                             wait=wait, calibrate=calibrate, scheduler=scheduler)
     finally:
         lock.release()
 
@@ -154,17 +155,23 @@ class _Checkpoint:
 def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Limits,
                   force: bool, sandbox: bool, report: Path, log_file: Path, lessons: list[str],
                   progress_stream, quiet: bool, wait: bool,
-                  calibrate: CellLimits | None) -> GradeResult:
+                  calibrate: CellLimits | None, scheduler: str | None) -> GradeResult:
     from nbgrader.converters.base import NbGraderException
 
     from autograder.grading.engine import ParallelAutograde
 
     t0 = time.monotonic()
+    client = _dask_client(scheduler, sandbox) if scheduler else None
     remove_stale_scratch()  # of runs that were killed before they could clean up
     scratch = new_scratch()
-    pool = [Worker(i, scratch, limits, sandbox=sandbox, course_root=course, lessons=lessons)
-            for i in range(n)]
+    if client is not None:
+        n = len(client.scheduler_info()["workers"])
+        pool = []
+    else:
+        pool = [Worker(i, scratch, limits, sandbox=sandbox, course_root=course, lessons=lessons)
+                for i in range(n)]
     meta = {"assignment": assignment, "course": str(course), "workers": n,
+            "scheduler": scheduler,
             "sandbox": sandbox, "limits": {k: v for k, v in vars(limits).items()}}
     checkpoint = _Checkpoint(report, {**meta, "finished": False, "note": (
         "this run has not finished (or was killed): submissions not listed here have not "
@@ -207,9 +214,14 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
                 progress.update(outcome)
             checkpoint.write()
 
+        dask_setup = None
+        if client is not None:
+            from autograder.grading.dask_grading import setup_of
+
+            dask_setup = setup_of(limits, sandbox, course, lessons)
         conv = ParallelAutograde(coursedir=app.coursedir, parent=app, workers=pool,
                                  limits=limits, students=students, on_outcome=on_outcome,
-                                 calibrate=calibrate)
+                                 calibrate=calibrate, dask=client, dask_setup=dask_setup)
         conv.init_notebooks()
         if not quiet:
             progress = Progress(len(conv.assignments), progress_stream)
@@ -228,6 +240,8 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
         os.chdir(cwd)
         for w in pool:
             w.stop()
+        if client is not None:
+            client.close()
         shutil.rmtree(scratch, ignore_errors=True)
     _fill_scores(course, assignment, outcomes, app)
     elapsed = time.monotonic() - t0
@@ -244,6 +258,41 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     else:
         code = 1 if any(o.status == "failed" for o in outcomes) else 0
     return GradeResult(outcomes, elapsed, report, code, stopped_by, conv.calibration_note)
+
+
+def _dask_client(scheduler: str, sandbox: bool):
+    """Connect to the cluster and make sure every worker can grade (else refuse)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise GradeRefused("--scheduler needs Dask distributed (pip install distributed)") \
+            from None
+    from autograder.grading.dask_grading import probe
+
+    kwargs = {"scheduler_file": scheduler} if os.path.isfile(scheduler) else \
+        {"address": scheduler}
+    try:
+        client = Client(timeout=15, **kwargs)
+    except Exception as exc:
+        raise GradeRefused(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+    try:
+        workers = client.scheduler_info()["workers"]
+        if not workers:
+            raise GradeRefused(f"the Dask scheduler {scheduler} has no workers")
+        problems = {addr: why for addr, why in client.run(probe, sandbox).items() if why}
+    except GradeRefused:
+        client.close()
+        raise
+    except Exception as exc:
+        client.close()
+        raise GradeRefused(f"could not ask the Dask workers: {exc}") from None
+    if problems:
+        client.close()
+        lines = "\n".join(f"  {addr}: {why}" for addr, why in sorted(problems.items()))
+        hint = ("\nRun the Dask workers as root on Linux with util-linux, or pass "
+                "--no-sandbox to grade without the sandbox anyway." if sandbox else "")
+        raise GradeRefused(f"{len(problems)} Dask worker(s) cannot grade:\n{lines}{hint}")
+    return client
 
 
 def _ensure_registered(course: Path, assignment: str, app) -> None:
@@ -337,6 +386,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="no cell's limit is below S seconds (default: 10)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not time the solution: every cell gets the configured timeout")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS|FILE",
+                   help="execute the submissions on this Dask distributed cluster: a "
+                        "scheduler address (tcp://HOST:PORT) or a scheduler file "
+                        "(default: local workers)")
     p.add_argument("--wait", action="store_true",
                    help="if another run is grading this course, wait for it instead of "
                         "refusing")
@@ -356,7 +409,8 @@ def main(args: argparse.Namespace) -> int:
                        students=args.student, limits=limits, force=args.force,
                        sandbox=not args.no_sandbox, report=args.report, quiet=args.quiet,
                        wait=args.wait, calibrate=None if args.no_calibrate else CellLimits(
-                           factor=args.cell_limit_factor, floor=args.cell_limit_floor))
+                           factor=args.cell_limit_factor, floor=args.cell_limit_floor),
+                       scheduler=args.scheduler)
     except GradeRefused as exc:
         print(f"autograder grade: {exc}", file=sys.stderr)
         return 2

@@ -56,8 +56,8 @@ from nbgrader.preprocessors import (
 from nbgrader.utils import rmtree
 from traitlets.config import Config
 
+from autograder.grading import core
 from autograder.grading.calibrate import CellLimits, measure
-from autograder.grading.execute import WorkerExecute
 from autograder.grading.report import Outcome
 from autograder.grading.sandbox import Limits, Worker
 from autograder.grading.state import Ledger, crash_point, fingerprint, fully_scored
@@ -359,8 +359,13 @@ class ParallelAutograde(Autograde):
     """``nbgrader autograde`` with execution in parallel workers; one outcome per submission."""
 
     def __init__(self, *, workers: list[Worker], limits: Limits, students: list[str] | None,
-                 on_outcome=None, calibrate: CellLimits | None = None, **kwargs) -> None:
+                 on_outcome=None, calibrate: CellLimits | None = None, dask=None,
+                 dask_setup: dict | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        # a distributed.Client: execution goes to its cluster instead of local workers
+        self.dask = dask
+        self.dask_setup = dask_setup or {}
+        self._futures: dict[int, object] = {}
         # per-cell limits from the solution's own times (None: the configured timeout only)
         self.calibration = calibrate
         self.cell_limits: CellLimits | None = None
@@ -662,82 +667,53 @@ class ParallelAutograde(Autograde):
             results.put(job)
 
     def _ensure_worker(self, worker: Worker) -> None:
-        if not worker.alive():
-            worker.stop()
-            worker.start()
-        worker.wait_ready(self.limits.startup_timeout)
+        core.ensure_worker(worker, self.limits)
+
+    def _items(self, job: Job) -> list[core.Item]:
+        items = []
+        for path in job.sanitized:
+            dest = Path(path).parent
+            items.append(core.Item(os.path.basename(path), nbformat.read(path, as_version=4),
+                                   core.folder_files(dest), str(dest)))
+        return items
 
     def _execute(self, worker: Worker, job: Job) -> None:
-        for path in job.sanitized:
-            name = os.path.basename(path)
-            if self.abandon:  # a second Ctrl-C: no worker is started again
-                job.abandoned = True
-                return
-            try:
-                self._ensure_worker(worker)
-            except Exception as exc:
-                job.errors.append(f"{name}: the grading worker could not start: {exc}")
-                continue
-            dest = Path(path).parent
-            files = {str(p.relative_to(dest)): p for p in dest.rglob("*")
-                     if p.is_file() and not p.is_symlink()}
-            nb = nbformat.read(path, as_version=4)
-            t0 = time.monotonic()
-            worker.stage_job(files)
-            crash_point("execute")
-            ep = WorkerExecute(worker, self.limits, self.cell_limits, parent=self)
-            try:
-                executed, _ = ep.preprocess(nb, {"metadata": {"path": str(dest)}})
-                job.executed[path] = executed
-                for index in ep.timed_out:
-                    limit, why = ep.limit_of.get(index, (ep.timeout, "the configured timeout"))
-                    job.notes.append(f"{name}: cell {index} ran longer than its limit of "
-                                     f"{limit:g} s ({why}) and was interrupted")
-                if ep.stopped:
-                    job.notes.append(f"{name}: {ep.stopped}; the cells after it score 0")
-                if ep.output_dropped:
-                    job.notes.append(f"{name}: output over {self.limits.output >> 20} MiB was "
-                                     "dropped")
-            except Exception as exc:
-                job.errors.append(f"{name}: could not be executed: {type(exc).__name__}: {exc}")
-            finally:
-                try:
-                    worker.finish()
-                except Exception:
-                    worker.stop()  # restarted for the next job
-                job.busy += time.monotonic() - t0
+        result = core.execute(worker, self.limits, self.cell_limits, self.config,
+                              self._items(job), stop=lambda: self.abandon, log=self.log)
+        self._absorb(job, result)
+
+    def _absorb(self, job: Job, result: core.Executed) -> None:
+        """What a worker (local or on Dask) sent back, into the job."""
+        by_name = {os.path.basename(p): p for p in job.sanitized}
+        for name, nb in result.notebooks.items():
+            job.executed[by_name[name]] = nb
+        job.notes.extend(result.notes)
+        job.errors.extend(result.errors)
+        job.busy += result.seconds
+        if result.abandoned:
+            job.abandoned = True
 
     def _calibrate(self, known: list[str]) -> None:
         """Run the assignment's source notebooks once, as a submission; keep each cell's time."""
         assert self.calibration is not None
         assignment = self.coursedir.assignment_id
         src = Path(self.coursedir.format_path(self.coursedir.source_directory, ".", assignment))
-        worker = self.workers[0]
-        measured: dict[str, float] = {}
+        items = [core.Item(f"{name}.ipynb", nbformat.read(src / f"{name}.ipynb", as_version=4),
+                           core.folder_files(src), str(src)) for name in known]
         t0 = time.monotonic()
         try:
-            for name in known:
-                path = src / f"{name}.ipynb"
-                self._ensure_worker(worker)
-                files = {str(p.relative_to(src)): p for p in src.rglob("*")
-                         if p.is_file() and not p.is_symlink()
-                         and ".ipynb_checkpoints" not in p.parts}
-                worker.stage_job(files)
-                ep = WorkerExecute(worker, self.limits, parent=self)
-                try:
-                    executed, _ = ep.preprocess(nbformat.read(path, as_version=4),
-                                                {"metadata": {"path": str(src)}})
-                finally:
-                    worker.finish()
-                if ep.stopped or ep.timed_out:
-                    raise RuntimeError(ep.stopped or f"cell {ep.timed_out[0]} timed out")
-                measured.update(measure(executed))
+            result = self.run_calibration(items)
+            problems = result.errors + result.notes
+            if problems or len(result.notebooks) != len(items):
+                raise RuntimeError("; ".join(problems) or "not executed")
         except Exception as exc:
             self.calibration_note = (f"the solution could not be timed ({exc}); every cell "
                                      f"has the configured limit")
             self.log.warning("calibration failed: %s", exc)
-            worker.stop()
             return
+        measured: dict[str, float] = {}
+        for nb in result.notebooks.values():
+            measured.update(measure(nb))
         self.cell_limits = CellLimits(measured, self.calibration.factor, self.calibration.floor,
                                       None)
         slowest = max(measured.values(), default=0.0)
@@ -746,11 +722,57 @@ class ParallelAutograde(Autograde):
             f" s to measure; slowest cell {slowest:.2f} s): {self.calibration.factor:g} x each "
             f"cell's time, at least {self.calibration.floor:g} s")
 
+    def run_calibration(self, items: list[core.Item]) -> core.Executed:
+        """Execute the solution on the first local worker, or as a task on the cluster."""
+        if self.dask is None:
+            return core.execute(self.workers[0], self.limits, None, self.config, items,
+                                log=self.log)
+        from autograder.grading import dask_grading as dg
+
+        fut = self.dask.submit(dg.execute_task, self.dask_setup, None,
+                               dg.portable_config(self.config), dg.payload(items), pure=False)
+        return dg.result_of(fut.result(timeout=self.limits.notebook_timeout + 120))
+
+    # -- execution on a Dask cluster
+    def _submit_dask(self, job: Job, results: queue.Queue) -> None:
+        from autograder.grading import dask_grading as dg
+
+        fut = self.dask.submit(dg.execute_task, self.dask_setup,
+                               dg.cell_limits_data(self.cell_limits),
+                               dg.portable_config(self.config), dg.payload(self._items(job)),
+                               pure=False, key=f"grade-{job.student}-{id(job):x}")
+        self._futures[id(job)] = fut
+
+        def done(f, job=job) -> None:  # in the client's thread: only hand it over
+            results.put((job, f))
+
+        fut.add_done_callback(done)
+
+    def _dask_result(self, job: Job, fut) -> Job:
+        self._futures.pop(id(job), None)
+        from autograder.grading import dask_grading as dg
+
+        if fut.cancelled() or job.abandoned:
+            job.abandoned = True
+            return job
+        try:
+            self._absorb(job, dg.result_of(fut.result()))
+        except Exception as exc:
+            name = type(exc).__name__
+            if name == "KilledWorker":
+                job.errors.append("the Dask workers that ran it died while executing it, "
+                                  f"each time it was tried ({exc})")
+            else:
+                job.errors.append(f"execution on the Dask cluster failed: {name}: {exc}")
+        return job
+
     def _kill_workers(self, in_flight: dict[int, Job]) -> None:
         """Second Ctrl-C: what the workers are executing is abandoned and rolled back."""
         self._abandoned = True
         for job in in_flight.values():
             job.abandoned = True
+        for fut in list(self._futures.values()):
+            fut.cancel()
         for w in self.workers:
             proc = w.proc
             if proc is not None and proc.poll() is None:
@@ -759,9 +781,9 @@ class ParallelAutograde(Autograde):
     def convert_notebooks(self) -> None:
         jobs: queue.Queue = queue.Queue()
         results: queue.Queue = queue.Queue()
-        threads = [threading.Thread(target=self._worker_loop, args=(w, jobs, results),
-                                    daemon=True, name=f"grade-worker-{w.index}")
-                   for w in self.workers]
+        threads = [] if self.dask is not None else [
+            threading.Thread(target=self._worker_loop, args=(w, jobs, results), daemon=True,
+                             name=f"grade-worker-{w.index}") for w in self.workers]
         for t in threads:
             t.start()
         known = self._known_notebooks(self.coursedir.assignment_id)  # opens the gradebook
@@ -769,7 +791,9 @@ class ParallelAutograde(Autograde):
         calibrated = self.calibration is None
         # prepare only a little ahead of the workers: a stopped run leaves few half-done
         # submissions to roll back, and the driver scores while the workers execute
-        max_ahead = len(self.workers) + 1
+        slots = sum(self.dask.nthreads().values()) if self.dask is not None \
+            else len(self.workers)
+        max_ahead = max(1, slots) + 1
         in_flight: dict[int, Job] = {}
 
         def finish(outcome: Outcome, t0: float, busy: float = 0.0) -> None:
@@ -811,10 +835,12 @@ class ParallelAutograde(Autograde):
                 if self.abandon and not self._abandoned:
                     self._kill_workers(in_flight)
                 try:
-                    return results.get(timeout=0.2) if block else results.get_nowait()
+                    got = results.get(timeout=0.2) if block else results.get_nowait()
                 except queue.Empty:
                     if not block:
                         return None
+                    continue
+                return self._dask_result(*got) if isinstance(got, tuple) else got
 
         folders = sorted(self.assignments)
         started = 0
@@ -860,7 +886,10 @@ class ParallelAutograde(Autograde):
                     calibrated = True
                     self._calibrate(known)
                 in_flight[id(job)] = job
-                jobs.put(job)
+                if self.dask is not None:
+                    self._submit_dask(job, results)
+                else:
+                    jobs.put(job)
                 while in_flight:  # score what has come back; wait when far enough ahead
                     done = take(block=len(in_flight) >= max_ahead)
                     if done is None:

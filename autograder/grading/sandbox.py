@@ -287,16 +287,23 @@ class Worker:
                     if self.log_path.exists() else ""
                 raise SandboxUnavailable(f"worker {self.index} exited\n{tail}")
 
-    def stage_job(self, files: dict[str, Path]) -> None:
-        """Put a submission's files where the next kernel copies them from (read-only to it)."""
+    def stage_job(self, files: dict[str, Path | bytes]) -> None:
+        """Put a submission's files where the next kernel copies them from (read-only to it).
+
+        A value is a file to copy, or the file's bytes (as a Dask task receives them)."""
         if self.job.exists():
             shutil.rmtree(self.job)
         self.job.mkdir()
         self.job.chmod(0o755)
         for rel, src in files.items():
-            dest = self.job / rel
+            dest = (self.job / rel).resolve()
+            if not dest.is_relative_to(self.job.resolve()):
+                continue  # a name like ../x: never written outside the job folder
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest, follow_symlinks=False)
+            if isinstance(src, bytes):
+                dest.write_bytes(src)
+            else:
+                shutil.copyfile(src, dest, follow_symlinks=False)
             dest.chmod(0o644)
         for d, _, _ in os.walk(self.job):
             os.chmod(d, 0o755)

@@ -132,39 +132,26 @@ class _ForkedProcess:
     terminate = kill
 
 
-class _OracleForker:
-    """Stands in for the ``subprocess`` module inside ``autograder.client`` for one call."""
+def _fork_oracle(cmd, **kwargs):
+    """``Popen`` for the kernel's oracle, as a fork of this still-clean kernel process."""
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the oracle: serve() reads fd 0 and answers on fd 1
+        try:
+            os.dup2(to_child_r, 0)
+            os.dup2(from_child_w, 1)
+            os.closerange(3, 1 << 16)
+            os.chdir(kwargs.get("cwd") or "/")
+            from autograder import oracle
 
-    def __init__(self, real) -> None:
-        self._real = real
-        self.PIPE = real.PIPE
-        self.DEVNULL = real.DEVNULL
-        self.TimeoutExpired = real.TimeoutExpired
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def Popen(self, cmd, **kwargs):  # noqa: N802 -- mirrors subprocess.Popen
-        if "autograder.oracle" not in cmd or "--once" in cmd:
-            return self._real.Popen(cmd, **kwargs)
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the oracle: serve() reads fd 0 and answers on fd 1
-            try:
-                os.dup2(to_child_r, 0)
-                os.dup2(from_child_w, 1)
-                os.closerange(3, 1 << 16)
-                os.chdir(kwargs.get("cwd") or "/")
-                from autograder import oracle
-
-                oracle.serve()
-            finally:
-                os._exit(0)
-        os.close(to_child_r)
-        os.close(from_child_w)
-        return _ForkedProcess(pid, os.fdopen(to_child_w, "w", buffering=1),
-                              os.fdopen(from_child_r, "r"))
+            oracle.serve()
+        finally:
+            os._exit(0)
+    os.close(to_child_r)
+    os.close(from_child_w)
+    return _ForkedProcess(pid, os.fdopen(to_child_w, "w", buffering=1),
+                          os.fdopen(from_child_r, "r"))
 
 
 def _prefork_oracle(lessons: list[str]) -> None:
@@ -173,14 +160,10 @@ def _prefork_oracle(lessons: list[str]) -> None:
         from autograder import client
     except ImportError:
         return
-    real = client.subprocess
-    client.subprocess = _OracleForker(real)
     try:
-        client.oracle().start(preload=lessons)
+        client.oracle().start(preload=lessons, spawn=_fork_oracle)
     except Exception as exc:  # the kernel will start a normal oracle when it needs one
         _log(f"could not pre-fork the oracle: {exc!r}")
-    finally:
-        client.subprocess = real
 
 
 def _kernel_main(cfg: dict, req: dict) -> None:
