@@ -424,10 +424,6 @@ def test_grading_leaves_the_course_folder_to_its_instructor():
     if not AFTER_GRADING:
         pytest.skip("the exchange loop did not get as far as grading")
     left = AFTER_GRADING["not_the_instructors"]
-    if left and AFTER_GRADING["as_root"]:
-        # a known limitation of autograder.grading: run as root for its sandbox, it creates
-        # its lock file, autograded/ and grade-reports/ as root; the instructor then cannot
-        # rewrite or remove what is in them (`nbgrader autograde` fails on autograded/) nor
-        # open the lock (a later `autograder grade --no-sandbox` as the instructor fails)
-        pytest.xfail(f"`autograder grade` run as root leaves root-owned files: {left[:6]}")
+    # run as root for its sandbox, `autograder grade` hands its lock file, autograded/,
+    # grade-reports/ and the gradebook back to the folder's owner (state.give_back)
     assert not left

@@ -36,6 +36,7 @@ from autograder.grading.state import (
     CourseBusy,
     CourseLock,
     DatabaseLock,
+    give_back,
     new_scratch,
     remove_stale_scratch,
 )
@@ -133,6 +134,7 @@ def grade(course: Path, assignment: str, *, workers: int | None = None,
                              lessons=lessons, progress_stream=progress_stream, quiet=quiet,
                              wait=wait, calibrate=calibrate, scheduler=scheduler)
     finally:
+        give_back(course)  # run as root for the sandbox: the outputs are the instructor's
         lock.release()
 
 
