@@ -113,3 +113,19 @@ def test_no_scheduler_refuses_plainly(tmp_path, local):
                           env=nbgrader_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "cannot reach the Dask scheduler" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_worker_that_cannot_sandbox_says_so(tmp_path):
+    """What the driver asks every Dask worker before grading: an unprivileged worker
+    process (no namespaces, no uid switch) answers why it cannot grade."""
+    if sandbox_problem() is not None:
+        pytest.skip("no sandbox here at all: the local refusal is tested elsewhere")
+    code = "from autograder.grading.dask_grading import probe; print(probe(True))"
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd="/", env=dict(nbgrader_env(), HOME=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("cannot sandbox the submissions there"), proc.stdout
+    root = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert root.stdout.strip() == "None", root.stdout + root.stderr
