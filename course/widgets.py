@@ -153,7 +153,7 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
     import torch
     from torch import nn
 
-    from course.graph import add_constant_input, build_graph
+    from course.graph import _quiet_grad, add_constant_input, build_graph
 
     scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     controls = controls or Controls()
@@ -184,16 +184,25 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
         env[s.name] = value
         tensors[s.name] = value
     output = env[scenario.output]
+    # The graph is built before backward(), which frees what the functions saved: a constant
+    # torch saved (x in model(x)) is then found where torch uses it, the first Linear.
+    graph = build_graph(output, namespace=env)
     if controls.backward:
         target = output if output.dim() == 0 else output.sum()
         _attempt(messages, f"{scenario.output}.backward()", target.backward)
-    graph = build_graph(output, namespace=env)
+        for d in graph.nodes.values():
+            if d["kind"] != "function" and d.get("tensor") is not None:
+                d["grad"] = _quiet_grad(d["tensor"])
     # Constants torch kept no trace of (water in flour*0.5 + water), from the recipe,
-    # walking back so that a no-grad chain (everything switched off) shows whole.
+    # walking back so that a no-grad chain (everything switched off) shows whole. A
+    # constant already drawn into one of the step's own functions is not drawn again.
     for s in reversed(scenario.steps):
         if s.kind == "op" and s.name in graph:
+            mine = _step_functions(graph, s.name)
             for used in sorted(_uses(s.expr) & set(tensors)):
                 if not tensors[used].requires_grad:
+                    if used in graph and any(v in mine for v in graph.successors(used)):
+                        continue
                     add_constant_input(graph, used, s.name, tensors[used])
     return Run(tensors, env, output, graph, seen, messages)
 
@@ -250,6 +259,20 @@ def explain(message: str, theme: str, output: str) -> str:
     else:
         return message
     return f"{themes.message(theme, key, name=name, output=output)} (torch: {message})"
+
+
+def _step_functions(graph, node: str) -> set:
+    """The backward functions that made tensor ``node`` in its own step: walking back from it
+    through functions, stopping at other tensors (which earlier steps made)."""
+    found, todo = set(), [p for p in graph.predecessors(node)
+                          if graph.nodes[p]["kind"] == "function"]
+    while todo:
+        n = todo.pop()
+        if n in found:
+            continue
+        found.add(n)
+        todo += [p for p in graph.predecessors(n) if graph.nodes[p]["kind"] == "function"]
+    return found
 
 
 def _attempt(messages: list, what: str, action, *args) -> None:

@@ -42,6 +42,21 @@ def test_kitchen_recipe_adds_the_water_torch_forgets():
     assert run.graph.edges["water", "add"]["recovered"]
 
 
+def test_a_module_input_is_drawn_into_the_first_layer_before_and_after_backward():
+    """x in y = model(x) enters the first Linear (torch saved it there); the recipe must not
+    also draw it into the model's last operation, nor lose it when backward frees it."""
+    for backward in (False, True):
+        g = run_scenario("sequential", Controls(backward=backward)).graph
+        (consumer,) = list(g.successors("x"))
+        first_linear = next(n for n, d in g.nodes(data=True)
+                            if d.get("torch_class") == "AddmmBackward0"
+                            and not any(g.nodes[p].get("torch_class") == "ReluBackward0"
+                                        for p in g.predecessors(n)))
+        assert consumer == first_linear, backward
+        if backward:
+            assert g.nodes["model.0.weight"]["grad"] is not None
+
+
 def test_toggling_requires_grad_changes_model_and_picture():
     ex = GraphExplorer("seed003", theme="logistics")
     png, table = ex.png, ex.controls["requires_grad"]["a"]
