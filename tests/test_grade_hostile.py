@@ -187,7 +187,7 @@ def test_the_control_submission_gets_its_honest_score(hostile):
     ("huge_output", "problems", "dropped"),
     ("os_exit", "problems", "exited with status 3"),
     ("segfault", "problems", "signal 11"),
-    ("sleeper", "problems", "timed out after 3 s"),
+    ("sleeper", "problems", "ran longer than its limit of 3 s (the configured timeout)"),
 ])
 def test_each_bad_submission_gets_a_clear_reason(hostile, student, status, words):
     _, _, proc, rows, _, _ = hostile
