@@ -416,6 +416,10 @@ def main(args: argparse.Namespace) -> int:
     except GradeRefused as exc:
         print(f"autograder grade: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the first submission was taken: nothing was written
+        print("\nautograder grade: stopped before grading started; nothing was graded.",
+              file=sys.stderr)
+        return 130
     print(summary(result.outcomes, result.elapsed))
     if result.cell_limits:
         print(result.cell_limits)
