@@ -273,3 +273,32 @@ def test_stock_graded_course_is_resumed_by_its_scores(tmp_path):
     assert "stopped part-way" in rows["b"]["reasons"][0]
     assert {s: v.score for s, v in read_scores(course, "ps1").items()} == \
         {"a": 7, "b": 7, "c": 7}
+
+
+def test_a_stopped_run_reports_earlier_grades_as_graded(tmp_path):
+    """Stopped before it reached them, a run lists what an earlier run graded as skipped
+    (graded, untouched), not as "not graded"; only what is really ungraded is said to be."""
+    course = make_handmade(tmp_path)
+    for student in ("a0", "a1", "a2"):
+        submit_handmade(course, student, answered(course, SOLVED))
+    env = _env(tmp_path / "tmp")
+    cmd = [sys.executable, "-m", "autograder", "grade", "ps1", "--workers", "2", *SANDBOX_ARGS]
+    first = subprocess.run(cmd, cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for i in range(12):
+        submit_handmade(course, f"b{i:02d}", answered(course, SOLVED))
+    proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if PROGRESS.match(line):  # the first one done (a0, skipped): stop
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=600)
+    assert proc.returncode == 128 + signal.SIGINT
+    rows = {r["student"]: r for r in json.loads(
+        (course / "grade-reports" / "ps1.json").read_text())["submissions"]}
+    assert {s: rows[s]["status"] for s in ("a0", "a1", "a2")} == dict.fromkeys(
+        ("a0", "a1", "a2"), "skipped"), rows
+    assert all(rows[s]["score"] == 7 for s in ("a0", "a1", "a2"))
+    assert "not graded" in {r["status"] for s, r in rows.items() if s.startswith("b")}

@@ -501,6 +501,24 @@ class ParallelAutograde(Autograde):
             rmtree(dest)
         return True
 
+    def _graded_already(self, folder: str) -> bool:
+        """Would this submission be skipped? (For those a stopped run never reached.)"""
+        try:
+            gd = self._ids(folder)
+            assignment, student = gd["assignment_id"], gd["student_id"]
+            dest = os.path.normpath(self._format_dest(assignment, student))
+            if self.force or not all(os.path.isfile(os.path.join(dest, os.path.basename(nb)))
+                                     for nb in self.assignments[folder]):
+                return False
+            assert self.ledger is not None
+            row = self.ledger.get(assignment, student)
+            if row is None:
+                return self._nbgrader_state(assignment, student, dest) == "graded"
+            leave_out = screen_submission(Path(folder))[0]
+            return row == ("graded", fingerprint(Path(folder), leave_out))
+        except Exception:
+            return False
+
     def _roll_back(self, job: Job, why: str) -> None:
         """Leave a submission visibly not graded: nothing in autograded/, no ledger row."""
         self._handle_failure(job.assignment, job.student, job.submitted)
@@ -919,7 +937,11 @@ class ParallelAutograde(Autograde):
         for folder in folders[started:]:
             outcome = Outcome(Path(folder).parent.name, status="not graded",
                               notebooks=[os.path.basename(p) for p in self.assignments[folder]])
-            outcome.reasons.append("the run was stopped before this submission; re-run "
-                                   "`autograder grade` to grade it")
+            if self._graded_already(folder):  # by an earlier run: untouched by this one
+                outcome.status = "skipped"
+                outcome.reasons.append("already graded and unchanged since (use --force)")
+            else:
+                outcome.reasons.append("the run was stopped before this submission; re-run "
+                                       "`autograder grade` to grade it")
             self.outcomes.append(outcome)
         self.ledger.close()
