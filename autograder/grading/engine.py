@@ -469,6 +469,26 @@ class ParallelAutograde(Autograde):
         with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
             return "graded" if fully_scored(gb, assignment, student) else "half"
 
+    def _graded_state(self, assignment: str, student: str, notebooks: list[str],
+                      fp: str) -> str:
+        """``'graded'`` (skip it: graded for exactly these files), ``'half'`` (an earlier run
+        stopped part-way through it), or ``'new'`` (never graded, or changed since)."""
+        assert self.ledger is not None
+        dest = os.path.normpath(self._format_dest(assignment, student))
+        row = self.ledger.get(assignment, student)
+        complete = os.path.isdir(dest) and all(
+            os.path.isfile(os.path.join(dest, os.path.basename(nb))) for nb in notebooks)
+        if row is not None:
+            if row[0] == "grading":
+                return "half"
+            return "graded" if complete and row[1] == fp else "new"
+        if not os.path.exists(dest):
+            return "new"
+        if not complete:
+            return "half"
+        state = self._nbgrader_state(assignment, student, dest)
+        return "new" if state == "changed" else state
+
     def init_destination(self, assignment_id: str, student_id: str) -> bool:
         """Skip only what is fully graded for the files it has now; else start it afresh.
 
@@ -479,43 +499,26 @@ class ParallelAutograde(Autograde):
                 student_id in self.coursedir.student_id_exclude.split(","):
             return False
         assert self.ledger is not None
-        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
-        row = self.ledger.get(assignment_id, student_id)
-        complete = os.path.isdir(dest) and all(
-            os.path.isfile(os.path.join(dest, os.path.basename(nb))) for nb in self.notebooks)
-        if row is not None:
-            self._resumed = row[0] == "grading"
-            if not self.force and complete and row == ("graded", self._fingerprint):
-                return False
-        elif os.path.exists(dest):
-            state = self._nbgrader_state(assignment_id, student_id, dest) \
-                if complete else "half"
-            if not self.force and state == "graded":
-                return False
-            self._resumed = state == "half"
-        else:
-            self._resumed = False
+        state = self._graded_state(assignment_id, student_id, self.notebooks, self._fingerprint)
+        if state == "graded" and not self.force:
+            return False
+        self._resumed = state == "half"
         # recorded as being graded *before* anything is removed or written
         self.ledger.begin(assignment_id, student_id, self._fingerprint)
+        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
         if os.path.exists(dest):
             rmtree(dest)
         return True
 
     def _graded_already(self, folder: str) -> bool:
         """Would this submission be skipped? (For those a stopped run never reached.)"""
+        if self.force:
+            return False
         try:
             gd = self._ids(folder)
-            assignment, student = gd["assignment_id"], gd["student_id"]
-            dest = os.path.normpath(self._format_dest(assignment, student))
-            if self.force or not all(os.path.isfile(os.path.join(dest, os.path.basename(nb)))
-                                     for nb in self.assignments[folder]):
-                return False
-            assert self.ledger is not None
-            row = self.ledger.get(assignment, student)
-            if row is None:
-                return self._nbgrader_state(assignment, student, dest) == "graded"
-            leave_out = screen_submission(Path(folder))[0]
-            return row == ("graded", fingerprint(Path(folder), leave_out))
+            fp = fingerprint(Path(folder), screen_submission(Path(folder))[0])
+            return self._graded_state(gd["assignment_id"], gd["student_id"],
+                                      self.assignments[folder], fp) == "graded"
         except Exception:
             return False
 
