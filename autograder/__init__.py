@@ -21,102 +21,111 @@ from a torch the learner's kernel cannot patch; answers travel to it as data
 from __future__ import annotations
 
 from autograder import client as _client
+from autograder import feedback as _feedback
 from autograder.client import OracleUnavailable, ask
 from autograder.encoding import AnswerEncodingError
+from autograder.verdict import MIME_TYPE, Verdict
 
 __all__ = [
-    "checker", "check", "grade", "verify", "Checker", "Feedback", "format_verdict", "warm_up",
+    "checker", "check", "grade", "verify", "Checker", "Feedback", "NotYetRight", "format_verdict",
+    "warm_up", "MIME_TYPE",
 ]
 
-OK, WRONG, TODO = "\u2713", "\u2717", "\u2026"
+
+def format_verdict(verdict: dict | Verdict, title: str | None = None) -> str:
+    """Feedback text for a verdict (a :class:`Verdict` or its JSON data)."""
+    if isinstance(verdict, dict):
+        verdict = Verdict.from_json(verdict)
+    return _feedback.text(verdict)
 
 
-def format_verdict(verdict: dict, title: str | None = None) -> str:
-    """Feedback text for a verdict (as returned by the oracle)."""
-    findings = verdict.get("findings", [])
-    right = sum(1 for f in findings if f["ok"])
-    name = title or verdict.get("question", "")
-    if verdict.get("score", 0) >= 1 - 1e-9 and verdict.get("answered", True):
-        head = f"{OK} {name}: all right ({right}/{len(findings)})."
-    elif not verdict.get("answered", True) and right == 0:
-        head = f"{TODO} {name}: not answered yet."
-    else:
-        head = f"{WRONG} {name}: {right}/{len(findings)} right, keep going."
-    lines = [head]
-    for f in findings:
-        lines.append(f"  {OK if f['ok'] else WRONG} {f['text']}")
-    return "\n".join(lines)
-
-
-def _verdict(lesson: str, qid: str, answer, part: str | None, variant: str) -> dict:
+def _verdict(lesson: str, qid: str, answer, part: str | None, variant: str) -> Verdict:
+    """The verdict of ``part`` (or of the whole question): the oracle grades the whole question
+    once per answer and variant, so a visible check and the graded cells of its parts share one
+    request, answered from the kernel's verdict memory after the first."""
     try:
-        return ask(lesson, qid, answer, part=part, variant=variant)
+        data = ask(lesson, qid, answer, part=None, variant=variant)
     except AnswerEncodingError as exc:
-        return {"question": qid, "score": 0.0, "answered": False,
-                "findings": [{"ok": False, "text": f"Your answer could not be read: {exc}."}]}
+        data = Verdict.problem(qid, f"Your answer could not be read: {exc}.").to_json()
+    except OracleUnavailable as exc:
+        data = Verdict.problem(qid, f"Could not check {qid}: {exc}.").to_json()
+    return Verdict.from_json(data).for_part(part)
 
 
 class Feedback:
-    """What a visible check shows: the verdict, rendered as text (and HTML in Jupyter).
+    """What a check shows: its verdict, rendered as text and HTML, and kept as data.
 
-    ``score`` (0 to 1), ``passed`` and ``findings`` are there for code that wants them.
+    ``score`` (0 to 1), ``passed``, ``findings`` and ``verdict`` are there for code that wants
+    them.
     """
 
-    def __init__(self, verdict: dict, label: str):
+    def __init__(self, verdict: Verdict, full: bool = True):
         self.verdict = verdict
-        self.label = label
+        self.full = full
 
     @property
     def score(self) -> float:
-        return float(self.verdict.get("score", 0.0))
+        return self.verdict.score
 
     @property
     def passed(self) -> bool:
-        return self.score >= 1 - 1e-9 and bool(self.verdict.get("answered", True))
+        return self.verdict.passed
 
     @property
-    def findings(self) -> list[dict]:
-        return list(self.verdict.get("findings", []))
+    def findings(self) -> list:
+        return list(self.verdict.findings)
 
     def __repr__(self) -> str:
-        return format_verdict(self.verdict, self.label)
+        return _feedback.text(self.verdict)
 
     def _repr_html_(self) -> str:
-        import html
+        return _feedback.html(self.verdict)
 
-        colour = "#1a7f37" if self.passed else "#b35900"
-        lines = format_verdict(self.verdict, self.label).splitlines()
-        head = f'<div style="font-weight:bold;color:{colour}">{html.escape(lines[0])}</div>'
-        rows = "".join(
-            f'<li style="color:{"#1a7f37" if ln.strip().startswith(OK) else "#b3261e"}">'
-            f"{html.escape(ln.strip()[2:])}</li>"
-            for ln in lines[1:]
-        )
-        return (f'<div class="autograder-feedback">{head}'
-                f'<ul style="list-style:none;padding-left:1em;margin:0.2em 0">{rows}</ul></div>')
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return _feedback.bundle(self.verdict, self.full)
 
 
 def check(lesson: str, qid: str, answer, part: str | None = None) -> Feedback:
     """Visible check for learners: specific feedback, never an exception for a wrong answer."""
-    label = qid if part is None else f"{qid} ({part})"
+    return Feedback(_verdict(lesson, qid, answer, part, "visible"))
+
+
+class NotYetRight(AssertionError):
+    """A graded cell's answer is not fully right. IPython shows one line for it (no traceback:
+    the verdict itself is displayed just above), and nbgrader scores the cell 0."""
+
+    def __init__(self, verdict: Verdict, shown: bool):
+        self.verdict = verdict
+        line = _feedback.headline(verdict)
+        super().__init__(line if shown else "\n" + _feedback.text(verdict))
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31m{_feedback.headline(self.verdict)}\x1b[0m"]
+
+
+def _show(verdict: Verdict) -> bool:
+    """Display the verdict (in full when it fails) if running in IPython; whether it was."""
     try:
-        verdict = _verdict(lesson, qid, answer, part, "visible")
-    except OracleUnavailable as exc:
-        verdict = {"question": qid, "score": 0.0, "answered": False,
-                   "findings": [{"ok": False, "text": f"could not check {qid}: {exc}"}]}
-    return Feedback(verdict, label)
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return False
+    if get_ipython() is None:
+        return False
+    display(Feedback(verdict, full=not verdict.passed))
+    return True
 
 
 def _require(lesson: str, qid: str, answer, part: str | None, variant: str) -> None:
-    __tracebackhide__ = True  # IPython shows the learner the feedback, not our frames
+    __tracebackhide__ = True
     verdict = _verdict(lesson, qid, answer, part, variant)
-    if not (verdict.get("score", 0) >= 1 - 1e-9 and verdict.get("answered", True)):
-        label = qid if part is None else f"{qid} ({part})"
-        raise AssertionError("\n" + format_verdict(verdict, label))
+    shown = _show(verdict)
+    if not verdict.passed:
+        raise NotYetRight(verdict, shown)
 
 
 def grade(lesson: str, qid: str, answer, part: str | None = None) -> None:
-    """For graded test cells: raise AssertionError with the feedback unless fully right."""
+    """For graded test cells: show the verdict; raise :class:`NotYetRight` unless fully right."""
     __tracebackhide__ = True
     _require(lesson, qid, answer, part, "visible")
 

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Misconception:
+    """``name`` as feedback says it ("thinks ..."), the ``truth`` that corrects it, and where
+    the course teaches that: the ``lesson`` and the title of its ``section``."""
+
     name: str
     truth: str
     lesson: str
+    section: str = ""
 
 
 MISCONCEPTIONS: dict[str, Misconception] = {
@@ -111,6 +115,12 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "thinks retains_grad says a gradient was stored",
         "retains_grad only records that retain_grad() was called; called after backward() it "
         "is True while .grad stays None (the monitor arrived after the audit).",
+        "02_retain_grad",
+    ),
+    "retain_grad_on_constant": Misconception(
+        "thinks a monitor can be installed on a tensor that does not require grad",
+        "retain_grad() on a tensor with requires_grad=False raises RuntimeError: no gradient "
+        "will ever pass it (nobody audits an ordinary parcel), so there is nothing to keep.",
         "02_retain_grad",
     ),
     "retains_grad_on_leaf": Misconception(
@@ -537,3 +547,30 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "07_gradient_clinic",
     ),
 }
+
+
+# --------------------------------------------------------------------------- learner errors
+#: The exceptions a learner's code raises that carry a misconception's signature: the
+#: exception type, a stable substring of torch's message, and the belief it reveals. The shared
+#: scoring code (:func:`autograder.questions.score`) consults it for every lesson; a question
+#: may put its own reading first (``on_error``). Messages as torch 2.13 words them.
+ERROR_SIGNATURES: list[tuple[str, str, str]] = [
+    ("TypeError", "unexpected keyword argument 'require_grad'", "require_grad_typo"),
+    ("RuntimeError", "a leaf Variable that requires grad is being used in an in-place operation",
+     "leaf_inplace_ok"),
+    ("RuntimeError", "has been modified by an inplace operation", "inplace_never_checked"),
+    ("RuntimeError", "Trying to backward through the graph a second time",
+     "graph_survives_backward"),
+    ("RuntimeError", "cannot register a hook on a tensor that doesn't require gradient",
+     "hook_on_constant"),
+    ("RuntimeError", "can't retain_grad on Tensor that has requires_grad=False",
+     "retain_grad_on_constant"),
+]
+
+
+def diagnose_error(exc_type: str, message: str) -> str | None:
+    """The misconception whose signature an exception carries, or None."""
+    for kind, text, key in ERROR_SIGNATURES:
+        if exc_type == kind and text in message:
+            return key
+    return None

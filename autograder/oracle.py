@@ -41,9 +41,13 @@ def load_lesson(assignment: str):
 
 
 def evaluate(request: dict) -> dict:
-    """Grade one request in this process and return the verdict as JSON data."""
+    """Grade one request in this process and return the verdict as JSON data.
+
+    The whole question is graded (``part`` only selects the view returned), so a verdict
+    carries every part and the kernel can answer each part's graded cell from it.
+    """
     from autograder.encoding import decode
-    from autograder.questions import Verdict
+    from autograder.verdict import Verdict
 
     qid = request.get("question", "?")
     try:
@@ -54,12 +58,15 @@ def evaluate(request: dict) -> dict:
     if part is not None and part not in question.parts():
         return Verdict.problem(qid, f"Question {qid} has no part {part!r}.").to_json()
     answer = decode(request.get("answer"))
+    variant = request.get("variant", "visible")
     try:
-        verdict = question.grade(answer, part, request.get("variant", "visible"))
+        verdict = question.grade(answer, None, variant)
     except Exception as exc:  # a bug in the question itself: say so plainly
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return Verdict.problem(qid, f"The checker itself failed ({detail}).").to_json()
-    return verdict.to_json()
+        verdict = Verdict.problem(qid, f"The checker itself failed ({detail}).")
+    verdict.question, verdict.parts, verdict.variant = qid, question.parts(), variant
+    verdict.title = question.title
+    return verdict.for_part(part).to_json()
 
 
 def _devnull_std_fds() -> None:
@@ -76,7 +83,7 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
 
 def _evaluate_forked(request: dict, timeout: float) -> tuple[dict, bool]:
     """The verdict, and whether the child gave it (rather than timing out or crashing)."""
-    from autograder.questions import Verdict
+    from autograder.verdict import Verdict
 
     qid = request.get("question", "?")
     read_fd, write_fd = os.pipe()

@@ -24,74 +24,26 @@ import math
 import traceback
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
-from autograder.misconceptions import MISCONCEPTIONS
+from autograder.misconceptions import MISCONCEPTIONS, diagnose_error
+from autograder.verdict import RIGHT, TODO, WRONG, Finding, Verdict, right, todo, wrong
+
+__all__ = [
+    "RIGHT", "TODO", "WRONG", "Finding", "Verdict", "right", "todo", "wrong",
+    "Item", "Predict", "WriteCode", "Requirement", "score", "Lesson", "CodeRun",
+    "LearnerCodeError", "run_learner", "define_learner", "learner_namespace", "values_equal",
+    "show", "warns", "untouched_stub", "raised_finding",
+]
 
 # --------------------------------------------------------------------------- verdicts
-
-
-@dataclass
-class Finding:
-    """One line of feedback: an item that is right or wrong, and why."""
-
-    ok: bool
-    text: str
-    item: str | None = None
-    misconception: str | None = None
-    part: str | None = None
-
-    def to_json(self) -> dict:
-        return {
-            "ok": self.ok,
-            "text": self.text,
-            "item": self.item,
-            "misconception": self.misconception,
-            "part": self.part,
-        }
-
-
-@dataclass
-class Verdict:
-    """The result of checking one answer: a score in [0, 1] and the findings behind it."""
-
-    question: str
-    score: float
-    findings: list[Finding] = field(default_factory=list)
-    answered: bool = True
-
-    @property
-    def passed(self) -> bool:
-        return self.answered and self.score >= 1.0 - 1e-9
-
-    def to_json(self) -> dict:
-        return {
-            "question": self.question,
-            "score": self.score,
-            "answered": self.answered,
-            "findings": [f.to_json() for f in self.findings],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Verdict:
-        return cls(
-            question=data["question"],
-            score=float(data["score"]),
-            answered=bool(data.get("answered", True)),
-            findings=[Finding(**f) for f in data.get("findings", [])],
-        )
-
-    @classmethod
-    def problem(cls, question: str, text: str, answered: bool = False) -> Verdict:
-        """A verdict for an answer that could not be checked at all."""
-        return cls(question=question, score=0.0, answered=answered,
-                   findings=[Finding(False, text)])
+# The verdict lives in autograder.verdict (no torch there: the kernel reads it too).
 
 
 def myth_text(key: str | None) -> str:
-    """The learner-facing name and correction of a named misconception."""
+    """The learner-facing name of a named misconception."""
     if not key:
         return ""
     return MISCONCEPTIONS[key].name
@@ -206,49 +158,34 @@ class Predict(Question):
         return seen
 
     def grade(self, answer: Any, part: str | None = None, variant: str = "visible") -> Verdict:
-        facts = self.scenario()
         items = [i for i in self.items if part is None or i.part == part]
         if not items:
             raise KeyError(f"question {self.qid} has no part {part!r}")
-        single = len(self.items) == 1
-        if single and not isinstance(answer, dict):
+        if len(self.items) == 1 and not isinstance(answer, dict):
             answer = {self.items[0].key: answer}
         if not isinstance(answer, dict):
             return Verdict.problem(
                 self.qid,
                 f"Expected a dict with the keys {[i.key for i in self.items]}, got {show(answer)}.",
             )
-        findings: list[Finding] = []
-        right = 0
-        answered = True
-        for item in items:
-            expected = facts[item.key]
-            if item.key not in answer:
-                findings.append(Finding(False, f"`{item.key}`: missing from your answer.", item.key,
-                                        part=item.part))
-                answered = False
-                continue
-            given = answer[item.key]
-            if given is Ellipsis:
-                findings.append(Finding(False, f"`{item.key}`: not answered yet (still `...`).",
-                                        item.key, part=item.part))
-                answered = False
-                continue
-            if values_equal(given, expected, item.tol):
-                right += 1
-                findings.append(Finding(True, f"`{item.key}`: {show(given)} -- right.", item.key,
-                                        part=item.part))
-                continue
-            if isinstance(expected, bool) and not isinstance(given, bool):
-                text = f"`{item.key}`: answer with True or False, not {show(given)}."
-                findings.append(Finding(False, text, item.key, part=item.part))
-                continue
-            myth = item.myth_for(given, expected)
-            text = f"`{item.key}`: not quite -- you said {show(given)}, torch says {show(expected)}. {item.why}"
-            if myth:
-                text += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, text, item.key, misconception=myth, part=item.part))
-        return Verdict(self.qid, right / len(items), findings, answered=answered)
+        facts = self.scenario()
+        return Verdict(self.qid, [self.judge(item, answer, facts[item.key]) for item in items])
+
+    def judge(self, item: Item, answer: dict, expected: Any) -> Finding:
+        """The finding for one blank: right, wrong (and why, and which belief), or not answered."""
+        key, p = item.key, item.part
+        if key not in answer:
+            return todo(f"`{key}`: missing from your answer.", item=key, part=p)
+        given = answer[key]
+        if given is Ellipsis:
+            return todo(f"`{key}`: not answered yet (still `...`).", item=key, part=p)
+        if values_equal(given, expected, item.tol):
+            return right(f"`{key}`: {show(given)}, right.", item=key, part=p)
+        if isinstance(expected, bool) and not isinstance(given, bool):
+            return wrong(f"`{key}`: answer with True or False, not {show(given)}.", item=key,
+                         part=p)
+        return wrong(f"`{key}`: you said {show(given)}; torch says {show(expected)}. {item.why}",
+                     item.myth_for(given, expected), item=key, part=p)
 
 
 class LearnerCodeError(Exception):
@@ -338,96 +275,139 @@ def _short_tb(exc: BaseException) -> str:
 class Requirement:
     """One checked property of a learner's code: a name, a part, and a test.
 
-    ``test(run)`` returns a bool or ``(ok, detail)``. ``myth`` names the misconception a
-    failure reveals, or is a callable ``(run) -> key`` choosing it from what the run did.
+    ``test(run)`` returns a bool, ``(ok, detail)`` or ``(ok, detail, misconception)``: the
+    detail says what torch found about what the code made ("your glaze has grad_fn
+    AddBackward0: it was made from flour"), the misconception is named from that evidence.
+    ``myth`` is the misconception a failure reveals whatever the code did (use it only when
+    every way to fail means that belief), or a callable ``(run) -> key | None``.
     """
 
     text: str
-    test: Callable[[Any], bool | tuple[bool, str]]
+    test: Callable[[Any], bool | tuple]
     myth: str | Callable[[Any], str | None] | None = None
     part: str = "main"
 
     def myth_for(self, run: Any) -> str | None:
         return self.myth(run) if callable(self.myth) else self.myth
 
-
-def _for_part(qid: str, requirements: Iterable[Requirement], part: str | None) -> list:
-    reqs = [r for r in requirements if part is None or r.part == part]
-    if not reqs:
-        raise KeyError(f"question {qid} has no part {part!r}")
-    return reqs
-
-
-def score_requirements(qid: str, run: Any, requirements: Iterable[Requirement],
-                       part: str | None = None) -> Verdict:
-    """Score the fraction of ``requirements`` (of ``part``) that a finished ``run`` meets."""
-    reqs = _for_part(qid, requirements, part)
-    findings = []
-    right = 0
-    for req in reqs:
+    def judge(self, run: Any) -> Finding:
         try:
-            outcome = req.test(run)
+            outcome = self.test(run)
         except Exception as exc:  # the result had the wrong shape for this test
-            outcome = (False, f"could not be checked ({type(exc).__name__}: {exc})")
-        ok, detail = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
+            outcome = (False, f"this could not be checked ({type(exc).__name__}: {exc}).")
+        if not isinstance(outcome, tuple):
+            outcome = (bool(outcome), "")
+        ok, detail = bool(outcome[0]), outcome[1] if len(outcome) > 1 else ""
         if ok:
-            right += 1
-            findings.append(Finding(True, f"{req.text} -- yes.", part=req.part))
-        else:
-            myth = req.myth_for(run)
-            text = f"{req.text} -- no{': ' + detail if detail else '.'}"
-            if myth:
-                text += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, text, misconception=myth, part=req.part))
-    return Verdict(qid, right / len(reqs), findings)
+            return right(f"{self.text}: yes.", part=self.part)
+        myth = outcome[2] if len(outcome) > 2 else self.myth_for(run)
+        detail = detail.strip()
+        if detail and detail[-1] not in ".?!)":
+            detail += "."
+        return wrong(f"{self.text}: no{'. ' + detail[0].upper() + detail[1:] if detail else '.'}",
+                     myth, part=self.part)
 
 
 def raised_finding(exc: LearnerCodeError,
-                   on_error: Callable[[LearnerCodeError], str | None] | None = None) -> Finding:
-    """Feedback for a learner function that raised, naming a misconception where ``on_error``
-    recognises the error."""
-    myth = on_error(exc) if on_error else None
-    text = f"Your function raised {exc.summary}"
-    if myth:
-        text += f" [Misconception: {myth_text(myth)}.]"
-    return Finding(False, text, misconception=myth)
+                   on_error: Callable[[LearnerCodeError], str | None] | None = None,
+                   part: str | None = None) -> Finding:
+    """A learner function that raised: what it raised, and the belief its error reveals (the
+    question's own ``on_error`` first, then the course's table of error signatures)."""
+    myth = (on_error(exc) if on_error else None) or diagnose_error(exc.exc_type, exc.summary)
+    return wrong(f"Your function raised {exc.summary}", myth, part=part)
 
 
-def score_run(qid: str, run_fn: Callable[[], Any], requirements: Iterable[Requirement],
-              part: str | None = None,
-              on_error: Callable[[LearnerCodeError], str | None] | None = None) -> Verdict:
-    """Call ``run_fn()`` (which runs the learner's code) and score its result.
+def score(qid: str, requirements: Iterable[Requirement], run: Callable[[], Any] | None = None,
+          part: str | None = None,
+          on_error: Callable[[LearnerCodeError], str | None] | None = None) -> Verdict:
+    """The one scoring helper: call ``run()`` (which runs the learner's code) and judge each
+    requirement (of ``part``) on its result.
 
-    A :class:`LearnerCodeError` scores 0 with a finding that says what was raised.
+    A :class:`LearnerCodeError` gives one wrong finding per part, saying what was raised and,
+    when the error carries a misconception's signature, naming it. ``run=None`` judges the
+    requirements on ``None`` (their tests close over what was measured).
     """
-    reqs = _for_part(qid, requirements, part)
+    reqs = [r for r in requirements if part is None or r.part == part]
+    if not reqs:
+        raise KeyError(f"question {qid} has no part {part!r}")
     try:
-        run = run_fn()
+        result = run() if run is not None else None
     except LearnerCodeError as exc:
-        return Verdict(qid, 0.0, [raised_finding(exc, on_error)])
-    return score_requirements(qid, run, reqs)
+        parts = list(dict.fromkeys(r.part for r in reqs))
+        return Verdict(qid, [raised_finding(exc, on_error, p) for p in parts])
+    return Verdict(qid, [r.judge(result) for r in reqs])
+
+
+def score_requirements(qid, run, requirements, part=None):  # TRANSITION: lessons move to score()
+    return score(qid, requirements, lambda: run, part)
+
+
+def score_run(qid, run_fn, requirements, part=None, on_error=None):  # TRANSITION: use score()
+    return score(qid, requirements, run_fn, part, on_error)
+
+
+_NOT_IMPLEMENTED = {"NotImplementedError", "NotImplemented"}
+
+
+def untouched_stub(fn: LearnerFunction, starter: str | None = None) -> bool:
+    """Whether ``fn`` is still what the learner was given: nbgrader's ``raise
+    NotImplementedError()`` stub, or (for find-the-bug questions) the ``starter`` program."""
+    import ast
+
+    try:
+        tree = ast.parse(fn.source)
+    except SyntaxError:
+        return False
+    if starter is not None:
+        try:
+            if ast.dump(tree) == ast.dump(ast.parse(starter)):
+                return True
+        except SyntaxError:
+            pass
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if len(defs) != 1:
+        return False
+    body = [n for n in defs[0].body
+            if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+            and not isinstance(n, ast.Pass)]
+    if not body:
+        return True
+    for node in body:
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            return False
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if getattr(exc, "id", None) not in _NOT_IMPLEMENTED:
+            return False
+    return True
 
 
 class WriteCode(Question):
     """Write-code or find-the-bug: the answer is a function, graded by behaviour.
 
-    Subclasses set ``function_name`` and implement ``grade_code(fn, part, variant)``,
-    usually with :meth:`run_and_require`.
+    Subclasses set ``function_name`` (and, for find-the-bug, ``starter``: the program as the
+    notebook gives it) and implement ``grade_code(fn, part, variant)``, usually with
+    :meth:`run_and_require`. An untouched answer is "not answered yet", never a misconception.
     """
 
     function_name: str = ""
     part_names: list[str] = ["main"]
+    starter: str | None = None
 
     def parts(self) -> list[str]:
         return list(self.part_names)
 
     def grade(self, answer: Any, part: str | None = None, variant: str = "visible") -> Verdict:
+        name = f"`{self.function_name}`"
         if answer is Ellipsis or answer is None:
-            return Verdict.problem(self.qid, f"Define the function `{self.function_name}` first.")
+            return Verdict.problem(self.qid, f"Define the function {name} first.", answered=False)
         if not isinstance(answer, LearnerFunction):
-            return Verdict.problem(
-                self.qid, f"Pass the function `{self.function_name}` itself (no parentheses)."
-            )
+            return Verdict.problem(self.qid, f"Pass the function {name} itself (no parentheses).")
+        if untouched_stub(answer, self.starter):
+            what = ("is still the program as the notebook gives it: find the bug and fix it"
+                    if self.starter and "NotImplementedError" not in answer.source else
+                    "still raises `NotImplementedError()`: replace that line with your code")
+            return Verdict(self.qid, [todo(f"Not answered yet: {name} {what}.", part=p)
+                                      for p in self.parts() if part is None or p == part])
         return self.grade_code(answer, part, variant)
 
     def grade_code(self, fn: LearnerFunction, part: str | None, variant: str) -> Verdict:
@@ -441,8 +421,8 @@ class WriteCode(Question):
         args: tuple = (),
         on_error: Callable[[LearnerCodeError], str | None] | None = None,
     ) -> Verdict:
-        """Run ``fn(*args)`` and score the fraction of ``requirements`` (of ``part``) it meets."""
-        return score_run(self.qid, lambda: run_learner(fn, *args), requirements, part, on_error)
+        """Run ``fn(*args)`` and judge the ``requirements`` (of ``part``) on what it did."""
+        return score(self.qid, requirements, lambda: run_learner(fn, *args), part, on_error)
 
 
 # --------------------------------------------------------------------------- lessons

@@ -24,6 +24,7 @@ from helpers import (
 import autograder
 from autograder import client
 from autograder.encoding import LearnerFunction, decode, encode
+from autograder.misconceptions import MISCONCEPTIONS
 from autograder.questions import Item, Predict, values_equal
 
 ASSIGNMENTS = assignments()
@@ -119,7 +120,9 @@ def test_q1_names_the_misconception(wrong, myth):
     assert myth in _myths(verdict)
     assert 0 < verdict["score"] < 1
     (bad,) = [f for f in verdict["findings"] if not f["ok"]]
-    assert "torch says" in bad["text"] and "Misconception" in bad["text"]
+    assert "torch says" in bad["text"] and bad["misconception"] == myth
+    shown = autograder.format_verdict(verdict)  # the learner reads the belief's name
+    assert MISCONCEPTIONS[myth].name in shown and "\u2717" in shown
 
 
 def test_q1_parts_score_separately():
@@ -129,8 +132,10 @@ def test_q1_parts_score_separately():
 
 def test_unanswered_and_non_bool_answers_get_plain_words():
     verdict = _l01("q1", {**Q1_RIGHT, "salt": ...})
-    assert not verdict["answered"]
-    assert any("not answered yet" in f["text"] for f in verdict["findings"])
+    assert not verdict["passed"] and verdict["answered"]  # answered in part
+    (salt,) = [f for f in verdict["findings"] if f["item"] == "salt"]
+    assert salt["status"] == "todo" and "not answered yet" in salt["text"]
+    assert salt["misconception"] is None
     verdict = _l01("q1", {**Q1_RIGHT, "salt": "yes"})
     assert any("True or False" in f["text"] for f in verdict["findings"])
 

@@ -433,7 +433,7 @@ class Q9FindSortingCentres(WriteCode):
                     "sorting centre; a tensor that does not require grad has none.",
                     misconception="graph_is_all_leaves",
                 ))
-        return Verdict(self.qid, right / len(graphs), findings)
+        return Verdict(self.qid, findings)
 
 
 @lesson.register

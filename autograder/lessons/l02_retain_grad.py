@@ -436,7 +436,7 @@ class Q6HiddenGradient(WriteCode):
                     "it read .grad of a non-leaf that kept nothing. [Misconception: "
                     f"{myth_text('nonleaf_grad_silent')}.]",
                     misconception="nonleaf_grad_silent"))
-        return Verdict(self.qid, right / len(cases), findings)
+        return Verdict(self.qid, findings)
 
 
 BYTES_CASES = {
@@ -513,7 +513,7 @@ class Q7RetainedBytes(WriteCode):
             if myth:
                 text += f" [Misconception: {myth_text(myth)}.]"
             findings.append(Finding(False, text, misconception=myth))
-        return Verdict(self.qid, right / len(cases), findings)
+        return Verdict(self.qid, findings)
 
 
 # --------------------------------------------------------------------------- find the bug

@@ -356,7 +356,7 @@ class Q7Snapshot(WriteCode):
                     if myth:
                         msg += f" [Misconception: {myth_text(myth)}.]"
                     findings.append(Finding(False, msg, misconception=myth))
-        return Verdict(self.qid, right / max(total, 1), findings)
+        return Verdict(self.qid, findings)
 
 
 def _freeze_model(variant: str):
@@ -396,7 +396,7 @@ class Q8FreezeLayer(WriteCode):
         try:
             run = run_learner(fn, model[2])
         except LearnerCodeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(False, f"Your function raised {exc.summary}")])
+            return Verdict(self.qid, [Finding(False, f"Your function raised {exc.summary}")])
         middle = list(model[2].parameters())
         middle_ids = {id(p) for p in middle}
         before = [tf._tolist(p) for p in middle]
@@ -472,9 +472,9 @@ class Q9CustomLoss(WriteCode):
                                        "TypeError")
             loss.backward()
         except LearnerCodeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(False, f"Your function failed: {exc.summary}")])
+            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
         except RuntimeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(
+            return Verdict(self.qid, [Finding(
                 False, f"backward() on your loss raised RuntimeError: {str(exc).splitlines()[0]}",
                 misconception="detach_in_loss_harmless")])
 
@@ -550,9 +550,9 @@ class Q10ResidualBug(WriteCode):
                     warnings.simplefilter("ignore")
                     results[mode] = run_stack(block, training)
         except LearnerCodeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(False, f"Your function failed: {exc.summary}")])
+            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
         except Exception as exc:
-            return Verdict(self.qid, 0.0, [Finding(
+            return Verdict(self.qid, [Finding(
                 False, f"Your function raised {type(exc).__name__}: {exc}")])
 
         ref_norm = float(torch.tensor(tf.grad_values(ref_x)).norm())
@@ -612,7 +612,7 @@ class Q11Discriminator(WriteCode):
                                        "TypeError")
             loss.backward()
         except LearnerCodeError as exc:
-            return Verdict(self.qid, 0.0, [Finding(False, f"Your function failed: {exc.summary}")])
+            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
 
         def value(_run):
             got, want = tf._tolist(loss), tf._tolist(ref_loss)

@@ -435,7 +435,7 @@ class Q7ClipProbe(WriteCode):
             if myth:
                 text += f" [Misconception: {myth_text(myth)}.]"
             findings.append(Finding(False, text, misconception=myth, part=name))
-        return Verdict(self.qid, right / len(names), findings)
+        return Verdict(self.qid, findings)
 
 
 # --------------------------------------------------------------------------- Q8 layer norms
@@ -535,7 +535,7 @@ class Q8LayerNorms(WriteCode):
                     right += 1
                     findings.append(Finding(True, f"model `{label}`: no probe left installed "
                                                   "-- yes.", part="cleanup"))
-        return Verdict(self.qid, right / max(total, 1), findings)
+        return Verdict(self.qid, findings)
 
     @staticmethod
     def _norms(run: CodeRun, want: dict[str, float], label: str) -> tuple[bool, str]:

@@ -478,7 +478,7 @@ class Q7SafeFinish(WriteCode):
                 if len(verdicts) > 1:
                     f.text = f"input {i + 1}: {f.text}"
                 findings.append(f)
-        return Verdict(self.qid, min(v.score for v in verdicts), findings)
+        return Verdict(self.qid, findings)
 
 
 RENORM_START = [3.0, 4.0, 0.0]

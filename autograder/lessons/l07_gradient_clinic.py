@@ -424,7 +424,7 @@ def _score(qid: str, checks: list[tuple[str, str, Any, str | None]], part: str |
 def _failed(qid: str, text: str, myth: str | None = None) -> Verdict:
     if myth:
         text += f" [Misconception: {myth_text(myth)}.]"
-    return Verdict(qid, 0.0, [Finding(False, text, misconception=myth)])
+    return Verdict(qid, [Finding(False, text, misconception=myth)])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -297,7 +297,7 @@ class Piece(WriteCode):
 
                     text += f" [Misconception: {myth_text(c.myth)}.]"
                 findings.append(Finding(False, text, misconception=c.myth, part=p))
-        return Verdict(self.qid, right / total if total else 0.0, findings)
+        return Verdict(self.qid, findings)
 
     def crash_myth(self, exc: LearnerCodeError) -> str | None:
         """The misconception behind an exception the learner's function raised, if known."""

@@ -1,0 +1,126 @@
+"""Every display of a verdict, from the one structured :class:`~autograder.verdict.Verdict`.
+
+* :func:`text` -- plain text (terminals, nbgrader's Validate, ``text/plain``);
+* :func:`html` -- the notebook's rendering, code shown as code;
+* :func:`headline` -- the one line a failing graded cell shows as its error;
+* :func:`bundle` -- the MIME bundle a check displays: text, HTML and the verdict itself
+  (:data:`~autograder.verdict.MIME_TYPE`), which graders keep in ``autograded/`` notebooks.
+
+Each line carries a mark as well as a colour: a right item is marked with a tick, a wrong one
+with a cross, one not answered yet with an ellipsis. The misconception a wrong answer reveals
+is named under it, with where the course teaches the correction.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+
+from autograder.verdict import MIME_TYPE, RIGHT, TODO, WRONG, Verdict
+
+MARK = {RIGHT: "\u2713", WRONG: "\u2717", TODO: "\u2026"}
+COLOUR = {RIGHT: "#1a7f37", WRONG: "#b3261e", TODO: "#6e5600"}
+WORD = {RIGHT: "right", WRONG: "wrong", TODO: "not answered yet"}
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def label(verdict: Verdict) -> str:
+    """``Q3 (none)``, the way the notebook numbers its questions."""
+    qid = verdict.question
+    name = f"Q{qid[1:]}" if qid[:1] == "q" and qid[1:].isdigit() else qid
+    return name if verdict.part is None else f"{name} ({verdict.part})"
+
+
+def _plain(s: str) -> str:
+    return _CODE.sub(r"\1", s)
+
+
+def _rich(s: str) -> str:
+    out, last = [], 0
+    for m in _CODE.finditer(s):
+        out.append(_html.escape(s[last:m.start()]))
+        out.append(f"<code>{_html.escape(m.group(1))}</code>")
+        last = m.end()
+    out.append(_html.escape(s[last:]))
+    return "".join(out)
+
+
+def summary(verdict: Verdict) -> str:
+    """``all 4 right`` / ``2 of 4 right, 1 not answered yet`` / ``not answered yet``."""
+    n, ok = verdict.total, verdict.right
+    todo_n = sum(1 for f in verdict.findings if f.status == TODO)
+    if verdict.passed:
+        return "all right" if n == 1 else f"all {n} right"
+    if not verdict.answered:
+        return "not answered yet"
+    if n == 1:
+        return "not right yet"
+    text = f"{ok} of {n} right"
+    if todo_n:
+        text += f", {todo_n} not answered yet"
+    return text
+
+
+def headline(verdict: Verdict) -> str:
+    """The verdict in one line: ``✗ Q3 (none): 1 of 2 right``."""
+    state = RIGHT if verdict.passed else (TODO if not verdict.answered else WRONG)
+    return f"{MARK[state]} {label(verdict)}: {summary(verdict)}"
+
+
+def _misconception(key: str) -> tuple[str, str]:
+    """(name, where it is taught) of a misconception key."""
+    from autograder.misconceptions import MISCONCEPTIONS
+
+    m = MISCONCEPTIONS.get(key)
+    if m is None:
+        return key, ""
+    where = f"lesson {m.lesson[:2]}"
+    if getattr(m, "section", ""):
+        where += f", \u201c{m.section}\u201d"
+    return m.name, where
+
+
+def text(verdict: Verdict) -> str:
+    """Plain-text feedback: the headline, then one marked line per finding."""
+    lines = [headline(verdict)]
+    for f in verdict.findings:
+        lines.append(f"  {MARK[f.status]} {_plain(f.text)}")
+        if f.misconception:
+            name, where = _misconception(f.misconception)
+            lines.append(f"      This looks like a common belief: {name}"
+                         + (f" (see {where})." if where else "."))
+    return "\n".join(lines)
+
+
+def html(verdict: Verdict) -> str:
+    state = RIGHT if verdict.passed else (TODO if not verdict.answered else WRONG)
+    head = (f'<div style="font-weight:bold;color:{COLOUR[state]}">'
+            f"{_html.escape(headline(verdict))}</div>")
+    rows = []
+    for f in verdict.findings:
+        myth = ""
+        if f.misconception:
+            name, where = _misconception(f.misconception)
+            myth = ('<div style="color:#444;font-style:italic;margin-left:1.4em">'
+                    f"This looks like a common belief: {_html.escape(name)}"
+                    + (f" (see {_html.escape(where)})" if where else "") + ".</div>")
+        rows.append(
+            f'<li style="margin:0.15em 0"><span style="color:{COLOUR[f.status]};'
+            f'font-weight:bold" title="{WORD[f.status]}">{MARK[f.status]}</span> '
+            f"{_rich(f.text)}{myth}</li>")
+    return (f'<div class="autograder-feedback">{head}'
+            f'<ul style="list-style:none;padding-left:1em;margin:0.2em 0">{"".join(rows)}</ul>'
+            "</div>")
+
+
+def bundle(verdict: Verdict, full: bool = True) -> dict:
+    """The MIME bundle of a check's output; ``full=False`` shows only the headline."""
+    data = verdict.to_json()
+    if full:
+        return {"text/plain": text(verdict), "text/html": html(verdict), MIME_TYPE: data}
+    state = RIGHT if verdict.passed else WRONG
+    return {"text/plain": headline(verdict),
+            "text/html": (f'<div class="autograder-feedback" style="color:{COLOUR[state]}">'
+                          f"{_html.escape(headline(verdict))}</div>"),
+            MIME_TYPE: data}
