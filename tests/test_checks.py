@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import math
+import re
 import time
 
 import pytest
@@ -93,6 +94,87 @@ def test_blank_answers_fail_every_check(assignment):
     for qid, part, variant, var in _graded_calls(assignment):
         verdict = _evaluate(assignment, qid, part, variant, _encode(var, ns, defs))
         assert verdict["score"] < 1.0 or not verdict["answered"], (qid, part, verdict)
+
+
+def _lesson(assignment):
+    return importlib.import_module(f"autograder.lessons.l{assignment}").lesson
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_answers_are_not_answered_and_name_no_misconception(assignment):
+    """The release as a learner opens it: every question says "not answered yet", none blames a
+    belief the learner was never asked about (an untouched stub, the given buggy program)."""
+    ns, defs = _answers(assignment, "release")
+    names = _answer_variables(assignment)
+    for qid in _lesson(assignment).questions:
+        var = names[qid]
+        verdict = _evaluate(assignment, qid, None, "visible", _encode(var, ns, defs))
+        assert not verdict["passed"], (qid, verdict)
+        statuses = {f["status"] for f in verdict["findings"]}
+        assert statuses == {"todo"}, (qid, [f["text"] for f in verdict["findings"]])
+        assert not any(f["misconception"] for f in verdict["findings"]), qid
+
+
+def _answer_variables(assignment):
+    """qid -> the name of the variable or function its graded cells pass."""
+    return {qid: var for qid, _part, _variant, var in _graded_calls(assignment)}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_find_the_bug_starters_are_the_programs_the_release_gives(assignment):
+    _ns, defs = _answers(assignment, "release")
+    for qid, question in _lesson(assignment).questions.items():
+        starter = getattr(question, "starter", None)
+        if starter is None:
+            continue
+        given = defs.get(question.function_name)
+        assert given is not None, f"{qid}: the release defines no {question.function_name}"
+        assert ast.dump(ast.parse(starter)) == ast.dump(ast.parse(given)), qid
+
+
+def _shown(verdict):
+    return [(f["status"], f["text"]) for f in verdict["findings"]]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_hidden_tests_check_more_than_the_visible_check(assignment):
+    """A hidden block that finds, for the solution's answer, exactly what the visible check
+    found tests nothing hidden: it must run other inputs, graphs or items."""
+    ns, defs = _answers(assignment, "source")
+    calls = _graded_calls(assignment)
+    hidden = [(q, p, var) for q, p, variant, var in calls if variant != "visible"]
+    for qid, part, var in hidden:
+        answer = _encode(var, ns, defs)
+        seen = _evaluate(assignment, qid, part, "visible", answer)
+        secret = _evaluate(assignment, qid, part, "hidden", answer)
+        assert secret["passed"], (qid, part, secret)
+        assert _shown(secret) != _shown(seen), f"{assignment} {qid} {part}: hidden = visible"
+
+
+def _heading(line):
+    text = line.lstrip("#").strip()
+    text = re.sub(r"^\d+\.\s*", "", text)
+    return text.replace("`", "")
+
+
+def test_every_misconception_names_a_section_of_its_lesson_that_exists():
+    headings = {}
+    for assignment in ASSIGNMENTS:
+        lines = [ln for c in read(notebook_path(assignment)).cells if c.cell_type == "markdown"
+                 for ln in c.source.splitlines() if ln.startswith("#")]
+        headings[assignment] = {_heading(ln) for ln in lines}
+    missing = [k for k, m in MISCONCEPTIONS.items()
+               if m.lesson not in headings or _heading(m.section) not in headings[m.lesson]]
+    assert not missing, f"misconceptions without an existing section: {missing}"
+
+
+def test_every_error_signature_names_a_known_misconception():
+    from autograder.misconceptions import ERROR_SIGNATURES, diagnose_error
+
+    for kind, text, key in ERROR_SIGNATURES:
+        assert key in MISCONCEPTIONS
+        assert diagnose_error(kind, f"... {text} ...") == key
+    assert diagnose_error("ValueError", "anything") is None
 
 
 # ---------------------------------------------------------------- lesson 01 feedback

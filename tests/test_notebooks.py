@@ -117,8 +117,12 @@ def test_every_graded_cell_ends_in_a_check_that_can_fail(assignment):
         )
         assert ok, f"{meta(cell)['grade_id']} ends in {ast.dump(last)[:80]}"
         assert ast.get_docstring(tree), f"{meta(cell)['grade_id']} has no docstring"
-        assert "### BEGIN HIDDEN TESTS" in cell.source, f"{meta(cell)['grade_id']} has no hidden tests"
         assert meta(cell)["points"] > 0
+        # a hidden block is optional; where there is one it must test something hidden
+        # (tests/test_checks.py::test_hidden_tests_check_more_than_the_visible_check)
+        if "### BEGIN HIDDEN TESTS" in cell.source:
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
+            assert "verify(" in hidden, f"{meta(cell)['grade_id']}: a hidden block without verify"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
