@@ -160,12 +160,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "detach() returns a tensor that shares storage and the version counter with the "
         "original; use detach().clone() for a real copy.",
         "03_detach",
+        section="Same parcel, same storage, same version counter",
     ),
     "detach_freezes": Misconception(
         "thinks p.detach() freezes a parameter",
         "p.detach() returns a new tensor and leaves p trainable; freeze with "
         "p.requires_grad_(False).",
         "03_detach",
+        section="Freezing a layer",
     ),
     "inplace_always_fatal": Misconception(
         "thinks every in-place operation breaks backward",
@@ -184,47 +186,55 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "detach() (and detach().clone(), torch.tensor(t)) returns a leaf with requires_grad=False "
         "and no grad_fn: the new waybill carries no sorting rule.",
         "03_detach",
+        section="What detach() returns",
     ),
     "clone_shares_storage": Misconception(
         "thinks detach().clone() still shares storage",
         "clone() allocates new memory: writing into detach().clone() never reaches the original.",
         "03_detach",
+        section="Real copies: re-making the broth from scratch",
     ),
     "clone_cuts_history": Misconception(
         "thinks clone() alone makes an independent copy",
         "clone() is a recorded operation (CloneBackward0): the copy stays on the recipe and "
         "requires grad; a fresh leaf is detach().clone().",
         "03_detach",
+        section="Real copies: re-making the broth from scratch",
     ),
     "torch_tensor_silent": Misconception(
         "thinks torch.tensor(t) is a clean, silent copy",
         "torch.tensor(t) on a tensor copies it but emits a UserWarning recommending "
         "t.detach().clone(), which is the idiomatic copy.",
         "03_detach",
+        section="Real copies: re-making the broth from scratch",
     ),
     "requires_grad_off_nonleaf": Misconception(
         "thinks requires_grad_(False) works on a computed tensor",
         "only a leaf's requires_grad flag can be changed; on a non-leaf requires_grad_(False) "
         "raises RuntimeError (use detach() there).",
         "03_detach",
+        section="Switching gradients off: requires_grad_(False) and detach_()",
     ),
     "detach_inplace_harmless": Misconception(
         "thinks detach_() is as harmless as detach()",
         "detach_() changes the tensor itself: a non-leaf becomes a leaf cut off its recipe, a "
         "leaf parameter stops requiring grad (it is frozen).",
         "03_detach",
+        section="Switching gradients off: requires_grad_(False) and detach_()",
     ),
     "residual_detach_harmless": Misconception(
         "thinks detaching the residual identity is harmless",
         "x + identity.detach() removes the skip path's gradient; only the product of the "
         "blocks' Jacobians is left, and in a deep stack the input gradient vanishes.",
         "03_detach",
+        section="Seed 001's residual block: the skip path that carries no gradient",
     ),
     "detach_in_loss_harmless": Misconception(
         "thinks detaching a feature inside a loss only protects the graph",
         "a term computed from feat.detach() sends no gradient to the layers that made feat: the "
-        "auxiliary loss trains nothing (seed 004, scenario 2).",
+        "auxiliary loss trains nothing (the five-scenarios article, scenario 2).",
         "03_detach",
+        section="Seed 004, scenario 2: an auxiliary loss that trains nothing",
     ),
     "detach_activation_freezes_one": Misconception(
         "thinks detaching an activation freezes just one layer",
@@ -232,12 +242,40 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "layer with requires_grad_(False) on its parameters and the gradient still flows "
         "through it.",
         "03_detach",
+        section="Freezing a layer",
     ),
     "fake_batch_not_detached": Misconception(
         "forgets to detach the fake batch in the discriminator step",
         "D(G(z)) backpropagates into the generator; the discriminator step uses "
         "D(G(z).detach()) so the generator gets no gradient from it.",
         "03_detach",
+        section="When detaching is right",
+    ),
+    "module_requires_grad_attr": Misconception(
+        "thinks `module.requires_grad = False` freezes the module",
+        "a module has no requires_grad flag: the assignment only sets a plain Python attribute "
+        "that nothing reads, and every parameter keeps requires_grad=True. Call the method "
+        "module.requires_grad_(False) (with the underscore) or p.requires_grad_(False) on each "
+        "parameter.",
+        "03_detach",
+        section="Freezing a layer",
+    ),
+    "eval_freezes": Misconception(
+        "thinks `eval()` freezes a layer",
+        "eval() only sets module.training = False, which changes how layers such as Dropout and "
+        "BatchNorm compute; the parameters keep requires_grad=True, get their gradients and are "
+        "updated by the optimizer. Freeze with requires_grad_(False).",
+        "03_detach",
+        section="Freezing a layer",
+    ),
+    "detach_no_grad_confused": Misconception(
+        "confuses detach() with no_grad()",
+        "detach() cuts one tensor off its recipe and touches nothing else; no_grad() records "
+        "nothing for every operation inside the block, so no layer used there learns from "
+        "what it computes (and no existing tensor changes). To keep one input out of backward, "
+        "detach that input: D(G(z).detach()), not D(G(z)) under no_grad().",
+        "03_detach",
+        section="When detaching is right",
     ),
     "inplace_grad_none": Misconception(
         "thinks a troublesome in-place op silently leaves .grad None",
@@ -429,42 +467,49 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "register_hook on a leaf fires before AccumulateGrad: it sees this pass's gradient "
         "only; the running total is what register_post_accumulate_grad_hook sees in p.grad.",
         "04_hooks",
+        section="A probe at a sorting centre, and one behind the desk",
     ),
     "post_hook_sees_pass": Misconception(
         "thinks a post-accumulate-grad hook sees only this pass's gradient",
         "register_post_accumulate_grad_hook is called with the leaf after AccumulateGrad: p.grad "
         "is the running total, including earlier backward passes.",
         "04_hooks",
+        section="A probe at a sorting centre, and one behind the desk",
     ),
     "hook_return_ignored": Misconception(
         "thinks a hook can only look at the gradient",
         "a tensor returned by a hook replaces the gradient for everything upstream (a leaf's "
         ".grad included); return None to only look.",
         "04_hooks",
+        section="A probe that changes what passes: scaling and clipping",
     ),
     "retain_grad_sees_raw": Misconception(
         "thinks retain_grad() keeps the gradient before the hooks changed it",
         "retain_grad()'s monitor runs after every tensor hook (since torch 2.0), whatever the "
         "order they were installed in: .grad holds the gradient as the hooks left it.",
         "04_hooks",
+        section="A probe that changes what passes: scaling and clipping",
     ),
     "hook_on_constant": Misconception(
         "thinks a probe can go on any tensor",
         "register_hook on a tensor that does not require grad raises RuntimeError: no gradient "
         "will ever pass an ordinary parcel; on any tensor that requires grad it works.",
         "04_hooks",
+        section="Where a probe cannot go",
     ),
     "post_hook_on_nonleaf": Misconception(
         "thinks post-accumulate-grad hooks work on non-leaves",
         "only a leaf accumulates into .grad: register_post_accumulate_grad_hook on a non-leaf "
         "raises RuntimeError, on a leaf that requires grad it works.",
         "04_hooks",
+        section="Where a probe cannot go",
     ),
     "backward_hooks_forward_order": Misconception(
         "thinks backward hooks fire in forward order",
         "backward runs from the output back to the input, so the last layer's backward hook "
         "fires first.",
         "04_hooks",
+        section="A probe at every station: module hooks",
     ),
     "grad_input_is_param_grad": Misconception(
         "thinks a module backward hook's grad_input holds the parameter gradients",
@@ -472,36 +517,60 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "module's inputs (shaped like the input batch), None for an input that does not require "
         "grad; parameter gradients are in p.grad.",
         "04_hooks",
+        section="A probe at every station: module hooks",
     ),
     "hook_costs_most": Misconception(
-        "thinks hooks cost more memory than retain_grad() (seed 000's table)",
+        "thinks hooks cost more memory than retain_grad() (the parcel-sorting article's table)",
         "a hook costs what it keeps: one that only looks, or records a float, keeps no tensor; "
         "one that stores grad.clone() keeps exactly the bytes retain_grad() keeps.",
         "04_hooks",
+        section="What a probe costs, measured",
     ),
     "hook_is_free_when_storing": Misconception(
         "thinks storing gradients from a hook is free",
         "every stored clone is a tensor shaped like its station: a hook that keeps copies costs "
         "what retain_grad() costs.",
         "04_hooks",
+        section="What a probe costs, measured",
     ),
     "grad_log_aliases": Misconception(
         "logs p.grad without copying it",
         "while gradients accumulate, backward adds into the same .grad tensor in place: every "
         "logged reference ends up showing the last total. Log p.grad.clone() (or a float).",
         "04_hooks",
+        section="A probe at a sorting centre, and one behind the desk",
     ),
     "hooks_pile_up": Misconception(
         "installs probes without removing them",
         "every register_*hook call adds a probe that stays until handle.remove(); registered "
         "inside a training loop, step k runs k copies of it.",
         "04_hooks",
+        section="Taking a probe off the line",
     ),
     "hook_inplace_edit": Misconception(
         "edits the gradient in place inside a hook",
         "a hook must not modify its argument (it may be shared or expanded, and in-place edits "
         "raise or leak into other branches); return a new tensor, e.g. g.clamp(-c, c).",
         "04_hooks",
+        section="A probe that changes what passes: scaling and clipping",
+    ),
+    "hook_only_on_leaves": Misconception(
+        "thinks a probe cannot go on a transit station (a non-leaf)",
+        "register_hook works on every tensor that requires grad; on a non-leaf it is how you see "
+        "the gradient backward computes there without storing it. Only a tensor that does not "
+        "require grad (an ordinary parcel) refuses a probe.",
+        "04_hooks",
+        section="A probe at a transit station",
+    ),
+    "monitor_watches_layer": Misconception(
+        "thinks a probe or monitor watches the layer, not one tensor",
+        "register_hook and retain_grad() are installed on one tensor: they see that tensor's "
+        "gradient in the one graph it belongs to. A probe on layer.weight sees the weight's "
+        "gradient, not the output's; a probe on the output of one forward pass sees nothing of "
+        "the next pass, which makes new outputs. To watch a layer at every pass, use a module "
+        "hook (register_full_backward_hook's grad_output).",
+        "04_hooks",
+        section="A probe at every station: module hooks",
     ),
     "tensor_attribute_is_parameter": Misconception(
         "thinks a tensor stored on a module is one of its parameters",
@@ -565,6 +634,10 @@ ERROR_SIGNATURES: list[tuple[str, str, str]] = [
      "hook_on_constant"),
     ("RuntimeError", "can't retain_grad on Tensor that has requires_grad=False",
      "retain_grad_on_constant"),
+    ("RuntimeError", "post accumulate grad hooks cannot be registered on non-leaf tensors",
+     "post_hook_on_nonleaf"),
+    ("RuntimeError", "you can only change requires_grad flags of leaf variables",
+     "requires_grad_off_nonleaf"),
 ]
 
 
