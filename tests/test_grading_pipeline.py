@@ -8,6 +8,8 @@ scores read back with ``nbgrader.api.Gradebook``.
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 from helpers import (
@@ -21,6 +23,7 @@ from helpers import (
 )
 
 from autograder.pipeline import nbgrader, read_scores
+from autograder.verdict import MIME_TYPE
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 
@@ -101,7 +104,37 @@ def test_feedback_is_generated_and_shows_hidden_tests(graded):
     nbgrader("generate_feedback", assignment, "--student", "partial", "--force", course=course)
     html = next((course / "feedback" / "partial" / assignment).glob("*.html")).read_text()
     assert "BEGIN HIDDEN TESTS" in html or "verify(" in html
-    assert "Misconception" in html or "not answered yet" in html
+    assert "common belief" in html or "not answered yet" in html
+    assert "most recent call last" not in html and "autograder/__init__.py" not in html
+
+
+_PATH = re.compile(r"(?:^|[\s'\"(])/(?:[\w.+-]+/)+[\w.+-]+")
+
+
+def test_graded_cells_show_their_verdict_and_fail_in_one_line(graded):
+    """A failing graded cell shows the verdict (kept as data for the class report) and one short
+    error line: no traceback of the course's internals, no path of the grading machine."""
+    assignment, course, _, _ = graded
+    for student in ("partial", "blank"):
+        path = course / "autograded" / student / assignment / notebook_path(assignment).name
+        nb = nbformat.read(str(path), as_version=4)
+        graded_cells = [c for c in nb.cells if c.cell_type == "code"
+                        and c.metadata.get("nbgrader", {}).get("grade")
+                        and not c.metadata.get("nbgrader", {}).get("solution")]
+        failing = 0
+        for cell in graded_cells:
+            gid = cell.metadata["nbgrader"]["grade_id"]
+            kinds = [o.output_type for o in cell.outputs]
+            assert any(MIME_TYPE in o.get("data", {}) for o in cell.outputs), (student, gid)
+            for o in cell.outputs:
+                if o.output_type != "error":
+                    continue
+                failing += 1
+                shown = "\n".join(o.traceback)
+                assert len(o.traceback) == 1 and len(shown) < 300, (student, gid, shown)
+                assert "autograder" not in shown and not _PATH.search(shown), (student, gid, shown)
+            assert "stream" not in kinds or all(o.get("name") != "stderr" for o in cell.outputs)
+        assert failing > 0, student
 
 
 WARNING_NOTEBOOK_CELLS = [
