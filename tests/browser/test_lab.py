@@ -172,3 +172,42 @@ def expected_b_grad() -> str:
     a, b = torch.tensor(2.0), torch.tensor(3.0, requires_grad=True)
     ((a + b) * (a * b)).backward()
     return f"{b.grad.item():.4g}"
+
+
+FEEDBACK_CELLS = [
+    'from autograder import checker, grade\ncheck = checker("01_leaves")',
+    'q1_is_leaf = {"flour": True, "dough": True, "bread": False, "meat": True, "water": False,\n'
+    '              "salt": ...}\ncheck("q1", q1_is_leaf)',
+    'def stock_kitchen():\n    # YOUR CODE HERE\n    raise NotImplementedError()\n'
+    'check("q8", stock_kitchen)',
+    'grade("01_leaves", "q1", q1_is_leaf, part="basics")',  # Run All stops here, as it should
+]
+
+
+def test_feedback_reads_at_a_glance(lab, page):
+    """A learner's wrong answers: marked lines with code shown as code, the belief named, and a
+    graded cell that fails with one red line, no traceback and no path."""
+    doc = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in FEEDBACK_CELLS])
+    doc.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                  "language": "python"}
+    nbformat.write(doc, str(lab.root / "feedback.ipynb"))
+    try:
+        run_all(page, lab, "feedback.ipynb")
+        page.wait_for_selector(".autograder-feedback")
+        page.screenshot(path=str(lab.artifact("feedback-wrong-answers.png")), full_page=True)
+        boxes = page.locator(".autograder-feedback")
+        visible = boxes.nth(0).inner_text()
+        assert "\u2717 Q1: 3 of 6 right, 1 not answered yet" in visible
+        assert "\u2713" in visible and "\u2026" in visible
+        assert "thinks leaf means trainable" in visible
+        assert boxes.nth(0).locator("code").count() >= 6  # item names rendered as code
+        graded = page.locator(".jp-CodeCell").nth(3)
+        error = graded.locator("[data-mime-type='application/vnd.jupyter.stderr']").inner_text()
+        assert error.strip() == "\u2717 Q1 (basics): 3 of 4 right", error
+        text = outputs_text(page)
+        assert "Traceback" not in text and "autograder/" not in text
+        stub = boxes.nth(1).inner_text()
+        assert "not answered yet" in stub and "common belief" not in stub
+    finally:
+        for k in lab.api("/api/kernels"):
+            lab.api(f"/api/kernels/{k['id']}", method="DELETE")
