@@ -28,12 +28,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "every tensor that does not require grad is a leaf by convention; being a leaf only "
         "means no recorded operation made it (an ordinary parcel is a leaf too).",
         "01_leaves",
+        section="Three questions to ask any tensor",
     ),
     "created_is_not_leaf": Misconception(
         "thinks a hand-made tensor needs an operation to enter the graph",
         "a tensor you create yourself, with or without requires_grad, is a leaf: it is where "
         "the route starts.",
         "01_leaves",
+        section="Who is a leaf?",
     ),
     "output_can_be_leaf": Misconception(
         "thinks a computed result can be a leaf while its inputs require grad",
@@ -41,99 +43,140 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "grad records a grad_fn, so its result is a non-leaf (a transit station, a semi-finished "
         "dish); only comparisons, argmax, integer casts and detach() give leaves.",
         "01_leaves",
+        section="Who is a leaf?",
     ),
     "no_grad_inputs_make_nonleaf": Misconception(
         "thinks every computed tensor is a non-leaf",
         "a result computed only from tensors that do not require grad records no history: it is "
         "a leaf with requires_grad=False (mixing bottled sauces records no recipe).",
         "01_leaves",
+        section="Who is a leaf?",
     ),
     "nonleaf_grad_never_computed": Misconception(
         "thinks non-leaf gradients are never computed",
         "backward computes the gradient of every tensor on the path (a hook sees it); it is "
         "only not *stored* in .grad unless you call retain_grad().",
         "01_leaves",
+        section="What backward() stores",
     ),
     "nonleaf_grad_stored": Misconception(
         "thinks backward stores .grad on every tensor",
         "only leaves that require grad keep .grad (only sorting centres keep efficiency "
         "reports); a non-leaf's .grad stays None unless retain_grad() was called before backward.",
         "01_leaves",
+        section="What backward() stores",
     ),
     "constant_gets_grad": Misconception(
         "thinks a leaf that does not require grad receives a gradient",
         "nobody audits an ordinary parcel: a tensor with requires_grad=False never gets .grad.",
         "01_leaves",
+        section="What backward() stores",
     ),
     "nonleaf_grad_silent": Misconception(
         "thinks reading a non-leaf's .grad is silent",
         "reading .grad of a non-leaf returns None *and* emits a UserWarning pointing at "
         "retain_grad().",
         "01_leaves",
+        section="What backward() stores",
     ),
     "grad_fn_on_leaf": Misconception(
         "thinks a parameter has a grad_fn",
         "grad_fn is the recipe step that made a tensor; a leaf was made by no recorded step, so "
         "its grad_fn is None even when it requires grad.",
         "01_leaves",
+        section="Three questions to ask any tensor",
     ),
     "graph_is_all_leaves": Misconception(
         "thinks the autograd graph is made of tensors, or of leaves only",
         "the graph torch records is made of backward Functions (MulBackward0, ...); each leaf "
         "that requires grad is reached through an AccumulateGrad node.",
         "01_leaves",
+        section="What the graph really is",
     ),
     "one_route_only": Misconception(
         "follows only one route back to a leaf",
         "when a tensor reaches the output by several routes, backward adds the gradients of "
         "all routes (a sorting centre gets reports from every line it feeds).",
         "01_leaves",
+        section="Seed 003's example, three ways",
     ),
     "mean_grad_halved": Misconception(
-        "copies seed 004's printed x.grad for mean(2*x)",
+        "copies a popular tutorial's printed x.grad for mean(2*x)",
         "d/dx_i mean(2*x) = 2/n; with n = 2 that is 1.0, not 0.5.",
         "01_leaves",
+        section="What backward() stores",
     ),
     "require_grad_typo": Misconception(
         "spells the flag require_grad",
         "the flag is requires_grad (with an s); torch.tensor(..., require_grad=True) is a "
         "TypeError and setting t.require_grad = True just adds an unused attribute.",
         "01_leaves",
+        section="What backward() stores",
+    ),
+    "requires_grad_spreads": Misconception(
+        "thinks requires_grad spreads to everything computed afterwards",
+        "a result requires grad only when one of its own inputs does: salt = water * 0.01, "
+        "computed after flour but from bottled water alone, records no recipe and stays a leaf "
+        "with requires_grad=False.",
+        "01_leaves",
+        section="Who is a leaf?",
+    ),
+    "requires_grad_not_inherited": Misconception(
+        "thinks only the tensors you flag with requires_grad=True require grad",
+        "requires_grad spreads downstream along recorded operations: whatever a differentiable "
+        "operation makes from a tensor that requires grad requires grad too, and has a grad_fn "
+        "(bread, from dough, from flour).",
+        "01_leaves",
+        section="Who is a leaf?",
+    ),
+    "accumulate_per_use": Misconception(
+        "thinks the graph has one AccumulateGrad node per use of a leaf",
+        "each leaf that requires grad has exactly one AccumulateGrad node, however many "
+        "operations use it: the routes from every use meet there and their gradients are added "
+        "into the one .grad (a sorting centre files one report, fed by every line).",
+        "01_leaves",
+        section="What the graph really is",
     ),
     "grad_accumulates_not": Misconception(
         "thinks backward overwrites .grad",
         "backward adds into .grad; call backward twice without zeroing and the gradient doubles.",
         "02_retain_grad",
+        section="Reports pile up: .grad accumulates",
     ),
     "retain_grad_after_backward": Misconception(
         "thinks retain_grad() works after backward()",
         "retain_grad() must be installed before backward runs; afterwards it silently does "
         "nothing for the pass that already happened.",
         "02_retain_grad",
+        section="Too late: retain_grad() after backward()",
     ),
     "retains_grad_means_stored": Misconception(
         "thinks retains_grad says a gradient was stored",
         "retains_grad only records that retain_grad() was called; called after backward() it "
         "is True while .grad stays None (the monitor arrived after the audit).",
         "02_retain_grad",
+        section="Too late: retain_grad() after backward()",
     ),
     "retain_grad_on_constant": Misconception(
         "thinks a monitor can be installed on a tensor that does not require grad",
         "retain_grad() on a tensor with requires_grad=False raises RuntimeError: no gradient "
         "will ever pass it (nobody audits an ordinary parcel), so there is nothing to keep.",
         "02_retain_grad",
+        section="Leaves need no monitor",
     ),
     "retains_grad_on_leaf": Misconception(
         "thinks retains_grad is True on a leaf whose .grad is kept",
         "a leaf that requires grad always keeps .grad (through AccumulateGrad); retains_grad "
         "is about non-leaves and stays False on a leaf, where retain_grad() is a no-op.",
         "02_retain_grad",
+        section="Leaves need no monitor",
     ),
     "zero_grad_fills_zeros": Misconception(
         "thinks zero_grad() fills .grad with zeros",
         "since torch 2.0 zero_grad() sets every .grad to None (set_to_none=True); only "
         "zero_grad(set_to_none=False) leaves zero tensors.",
         "02_retain_grad",
+        section="Reports pile up: .grad accumulates",
     ),
     "graph_survives_backward": Misconception(
         "thinks a graph can be backpropagated again without retain_graph=True",
@@ -141,19 +184,38 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "second backward through them raises RuntimeError unless the first used "
         "retain_graph=True (or backward once through the sum of the losses).",
         "02_retain_grad",
+        section="retain_graph=True: auditing the same route twice",
     ),
     "second_backward_always_fails": Misconception(
         "thinks a second backward always raises",
         "the error comes from saved tensors that were freed; a graph that saved none (x + 1, "
         "a sum) can be backpropagated twice, and the gradients add up.",
         "02_retain_grad",
+        section="retain_graph=True: auditing the same route twice",
     ),
     "retain_cost_fixed": Misconception(
         "thinks keeping gradients costs a fixed share of memory",
         "a retained .grad has the shape of its activation (batch x features), a parameter's "
-        ".grad the shape of the parameter: what retaining costs (seed 001's '20-40 %') depends "
+        ".grad the shape of the parameter: what retaining costs (the kitchen article's '20-40 %') depends "
         "on the model and the batch, from under 1 % to over half.",
         "02_retain_grad",
+        section="What keeping gradients costs",
+    ),
+    "zero_grad_misplaced": Misconception(
+        "thinks zero_grad() can go anywhere in the training loop",
+        "clear the desk once per step, before the new report is filed: zero_grad() goes before "
+        "backward() (or after step()). Between backward() and step() it throws away the report "
+        "the step needs, so nothing moves; once before the loop, every step's report piles on "
+        "the last.",
+        "02_retain_grad",
+        section="Reports pile up: .grad accumulates",
+    ),
+    "float_is_four_bytes": Misconception(
+        "thinks every float takes 4 bytes",
+        "an element takes element_size() bytes: 4 for float32 (torch's default), 8 for float64, "
+        "2 for float16 and bfloat16. Count a tensor's bytes as numel() * element_size().",
+        "02_retain_grad",
+        section="What keeping gradients costs",
     ),
     "detach_copies": Misconception(
         "thinks detach() makes a copy",
@@ -174,12 +236,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "autograd raises only when a value saved for backward was overwritten; z = x*y; "
         "z.add_(1) backpropagates fine.",
         "06_inplace",
+        section="Which parcels the audit photographed",
     ),
     "grad_none_check_enough": Misconception(
         "thinks `grad is None` finds every gradient problem",
         "zero gradients (dead branches, x*0) are not None, and zero_grad() sets grads to None "
         "by default since torch 2.0, which raises false alarms.",
         "07_gradient_clinic",
+        section="1. The seed's alarm, and what it cannot hear",
     ),
     "detach_keeps_grad": Misconception(
         "thinks a detached tensor keeps its history",
@@ -252,7 +316,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         section="When detaching is right",
     ),
     "module_requires_grad_attr": Misconception(
-        "thinks `module.requires_grad = False` freezes the module",
+        "thinks module.requires_grad = False freezes the module",
         "a module has no requires_grad flag: the assignment only sets a plain Python attribute "
         "that nothing reads, and every parameter keeps requires_grad=True. Call the method "
         "module.requires_grad_(False) (with the underscore) or p.requires_grad_(False) on each "
@@ -261,7 +325,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         section="Freezing a layer",
     ),
     "eval_freezes": Misconception(
-        "thinks `eval()` freezes a layer",
+        "thinks eval() freezes a layer",
         "eval() only sets module.training = False, which changes how layers such as Dropout and "
         "BatchNorm compute; the parameters keep requires_grad=True, get their gradients and are "
         "updated by the optimizer. Freeze with requires_grad_(False).",
@@ -285,24 +349,28 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "a NumPy view) or no_grad() edits of unsaved values pass silently, and even they "
         "leave a gradient, not None.",
         "06_inplace",
+        section="Which parcels the audit photographed",
     ),
     "inplace_never_checked": Misconception(
         "thinks autograd does not notice in-place edits",
         "every saved tensor remembers the version it was saved at; if an in-place op has "
         "bumped it since, backward raises RuntimeError instead of using the changed value.",
         "06_inplace",
+        section="Which parcels the audit photographed",
     ),
     "inplace_not_recorded": Misconception(
         "thinks an in-place op on a non-leaf is left out of the graph",
         "an in-place op is recorded like its out-of-place twin (z.mul_(2) becomes z's new "
         "grad_fn, MulBackward0), so the gradient includes it.",
         "06_inplace",
+        section="A seal count on every parcel: `_version`",
     ),
     "version_counts_wrong": Misconception(
         "miscounts the version counter",
         "t._version starts at 0 and every in-place change of t (add_, mul_, t[i] = v, an "
         "edit under no_grad()) adds exactly one; out-of-place ops never change it.",
         "06_inplace",
+        section="A seal count on every parcel: `_version`",
     ),
     "saved_values_confused": Misconception(
         "mixes up what an operation saves for backward",
@@ -310,6 +378,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "gradient formula needs (for x * c with c not requiring grad: only c); add saves "
         "nothing. Only overwriting a saved value breaks backward.",
         "06_inplace",
+        section="Which parcels the audit photographed",
     ),
     "data_is_safe": Misconception(
         "thinks .data is a safe way to edit a tensor",
@@ -317,12 +386,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "version counter, so autograd cannot notice that a saved value changed and returns "
         "silently wrong gradients; edit under torch.no_grad() instead.",
         "06_inplace",
+        section="`.data`: repacking behind the audit's back",
     ),
     "no_grad_edit_unchecked": Misconception(
         "thinks an edit under no_grad() is hidden from autograd",
         "no_grad() stops recording new operations but in-place edits still bump the version "
         "counter: overwriting a saved value under no_grad() makes backward raise, loudly.",
         "06_inplace",
+        section="`.data`: repacking behind the audit's back",
     ),
     "index_assign_untracked": Misconception(
         "thinks indexed assignment is not tracked by autograd",
@@ -330,18 +401,29 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "(t[mask] = v and t[[i, j]] = v as IndexPutBackward0); the overwritten entries get "
         "zero gradient.",
         "06_inplace",
+        section="Indexed assignment: `CopySlices` and `IndexPutBackward0`",
     ),
     "leaf_inplace_ok": Misconception(
         "thinks a parameter can be edited in place while autograd records",
         "an in-place op on a leaf that requires grad raises ('a leaf Variable that requires "
         "grad is being used in an in-place operation'); edit parameters under torch.no_grad().",
         "06_inplace",
+        section="Sorting centres: in place on a leaf",
+    ),
+    "refused_edit_applied": Misconception(
+        "thinks a refused in-place edit still changed the tensor",
+        "when torch refuses an in-place op (RuntimeError, e.g. on a leaf that requires grad "
+        "while autograd records) it raises before writing anything: the tensor keeps its values "
+        "and its version count. Only the edit under no_grad() takes place.",
+        "06_inplace",
+        section="Sorting centres: in place on a leaf",
     ),
     "no_grad_edit_makes_nonleaf": Misconception(
         "thinks editing a parameter under no_grad() makes it a non-leaf",
         "under no_grad() nothing is recorded: the parameter stays a leaf that requires grad, "
         "only its values and its version counter change.",
         "06_inplace",
+        section="Sorting centres: in place on a leaf",
     ),
     "anomaly_points_at_inplace": Misconception(
         "thinks anomaly mode points at the in-place line",
@@ -349,6 +431,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "failed (the one that saved the value); the culprit is a later in-place edit of that "
         "value.",
         "06_inplace",
+        section="Reading the error, and finding the culprit",
     ),
     "no_grad_flips_flag": Misconception(
         "thinks no_grad() changes the requires_grad flag of existing tensors",
@@ -356,6 +439,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "grad inside and after the block (the sorting centre still exists, its monitors are "
         "just switched off).",
         "05_no_grad",
+        section="Switching the monitors off",
     ),
     "no_grad_result_has_history": Misconception(
         "thinks a result computed under no_grad() still records its history",
@@ -364,6 +448,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "closed); only a view of a tensor that requires grad keeps the flag, still with no "
         "route back.",
         "05_no_grad",
+        section="Switching the monitors off",
     ),
     "no_grad_wears_off": Misconception(
         "thinks a tensor made under no_grad() rejoins the graph when the block ends",
@@ -371,24 +456,28 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "that requires grad) records nothing either, and backward() through it raises 'does "
         "not require grad and does not have a grad_fn'.",
         "05_no_grad",
+        section="What you make with the monitors off stays unmonitored",
     ),
     "no_grad_branch_counts": Misconception(
         "thinks a branch computed under no_grad() still sends gradient back",
         "the route that was computed with the monitors off was never recorded: backward only "
         "follows the recorded routes, so that branch contributes nothing, silently.",
         "05_no_grad",
+        section="What you make with the monitors off stays unmonitored",
     ),
     "no_grad_result_unusable": Misconception(
         "thinks a tensor made under no_grad() cannot take part in a later backward",
         "it can, as a constant (bottled sauce): gradients reach the other inputs that require "
         "grad; only the route *through* it is missing.",
         "05_no_grad",
+        section="What you make with the monitors off stays unmonitored",
     ),
     "no_grad_backward_silent": Misconception(
         "thinks backward() through a no_grad() result quietly gives no gradient",
         "when nothing on the route requires grad, backward() raises RuntimeError ('does not "
         "require grad and does not have a grad_fn'); it does not return quietly.",
         "05_no_grad",
+        section="What you make with the monitors off stays unmonitored",
     ),
     "grad_mode_scope": Misconception(
         "misjudges which grad-mode switch is in force",
@@ -396,6 +485,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "an operation runs decides; torch.set_grad_enabled(False) called as a plain function stays "
         "off until switched on again, so prefer the with-block form.",
         "05_no_grad",
+        section="Four switches, one rule",
     ),
     "inference_mode_is_no_grad": Misconception(
         "thinks inference_mode() is just another name for no_grad()",
@@ -403,6 +493,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "join later computations as constants, but can never be saved for backward or edited "
         "in place outside inference mode (clone them first); no_grad() makes ordinary tensors.",
         "05_no_grad",
+        section="`inference_mode()`: the strictest switch",
     ),
     "eval_is_no_grad": Misconception(
         "thinks model.eval() switches gradient recording off",
@@ -410,31 +501,36 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "behaviour; autograd keeps recording and saving activations. Inference needs both "
         "eval() and no_grad() (or inference_mode()).",
         "05_no_grad",
+        section="`model.eval()` is not `no_grad()`",
     ),
     "no_grad_changes_values": Misconception(
         "thinks no_grad() changes the numbers a model computes",
         "no_grad() changes what is recorded, never what is computed: the same model in the same "
         "mode gives the same output with the monitors on or off.",
         "05_no_grad",
+        section="`model.eval()` is not `no_grad()`",
     ),
     "no_grad_disables_dropout": Misconception(
         "thinks no_grad() puts a model into evaluation mode",
         "no_grad() does not touch module.training: in training mode Dropout still drops at "
         "random and BatchNorm still uses batch statistics; call model.eval() for that.",
         "05_no_grad",
+        section="`model.eval()` is not `no_grad()`",
     ),
     "step_inside_no_grad_breaks": Misconception(
-        "thinks optimizer.step() inside no_grad() breaks the update (seed 004)",
+        "thinks optimizer.step() inside no_grad() breaks the update",
         "step() already switches grad off while it updates, so wrapping it in no_grad() is "
         "harmless: the same parameters move by the same amounts and stay leaves that require "
         "grad.",
         "05_no_grad",
+        section="`optimizer.step()` inside `no_grad()`",
     ),
     "step_uses_data": Misconception(
         "thinks optimizers update parameters through .data",
         "step() writes into each parameter in place (p.add_(...)) with grad switched off; the "
         "version counter records the write, which an edit through .data would hide.",
         "05_no_grad",
+        section="`optimizer.step()` inside `no_grad()`",
     ),
     "step_updates_all": Misconception(
         "thinks step() updates every parameter, or every tensor with a gradient",
@@ -442,12 +538,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "those whose .grad is not None (weight decay included); a tensor it was not given is "
         "never touched.",
         "05_no_grad",
+        section="`optimizer.step()` inside `no_grad()`",
     ),
     "no_grad_keeps_activations": Misconception(
         "thinks no_grad() still keeps the activations for backward",
         "with recording off autograd saves nothing for backward, so each activation can be freed "
         "as soon as the next layer has used it: that is where no_grad() saves memory.",
         "05_no_grad",
+        section="What switching off saves, measured",
     ),
     "detach_saves_memory": Misconception(
         "thinks detaching (or .item()) after the forward pass saves the forward's memory",
@@ -455,12 +553,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "on; detaching the result afterwards cannot undo that. Switch recording off around the "
         "forward pass instead.",
         "05_no_grad",
+        section="What switching off saves, measured",
     ),
     "inference_freezes_params": Misconception(
         "thinks inference or a parameter edit needs the parameters frozen",
         "no_grad() is enough: parameters keep requires_grad=True and the next training step "
         "works; requires_grad_(False) left behind silently stops training.",
         "05_no_grad",
+        section="Retuning sorting centres: parameter edits belong under `no_grad()`",
     ),
     "leaf_hook_sees_accumulated": Misconception(
         "thinks a leaf's hook sees the accumulated .grad",
@@ -578,6 +678,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "one that requires grad, is missing from model.parameters(), so the optimizer never "
         "updates it and the doctor never examines it. Wrap it: nn.Parameter(values).",
         "08_capstone",
+        section="The first clue: a transit station posing as a sorting centre",
     ),
     "warmup_freeze_forgotten": Misconception(
         "leaves a layer frozen and expects it to train",
@@ -585,6 +686,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "lists it as `frozen`, not as a problem, because freezing is often deliberate. Switch it "
         "back on with requires_grad_(True) when it should train.",
         "08_capstone",
+        section="Ask the doctor",
     ),
     "zero_gradient_is_none": Misconception(
         "thinks a branch that contributes nothing gets no gradient (None)",
@@ -592,6 +694,17 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "backward reaches their parameters and stores a gradient of zeros. None means there is "
         "no recorded route at all (never used, detach(), no_grad(), a comparison).",
         "07_gradient_clinic",
+        section="6. Case 5: control flow that silently kills a branch",
+    ),
+    "grad_none_means_vanished": Misconception(
+        "thinks `.grad` is None when the gradient vanished",
+        "None only says that no report was filed: there is no recorded route back (never used, "
+        "detach(), no_grad(), a comparison), or zero_grad() has just cleared the desk. A "
+        "gradient that faded or died on the way is still a tensor, of tiny numbers or of zeros; "
+        "and a route that was never recorded gives None, never zeros. Ask "
+        "torch.autograd.grad(..., allow_unused=True) and read the norm, not `is None`.",
+        "07_gradient_clinic",
+        section="1. The seed's alarm, and what it cannot hear",
     ),
     "sigmoid_stack_healthy": Misconception(
         "thinks a deep stack passes its gradient back intact",
@@ -600,6 +713,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "magnitude smaller than the last's. Skip connections (h + f(h)) or ReLU-like "
         "activations with a suited initialisation keep it alive.",
         "07_gradient_clinic",
+        section="7. True vanishing gradients: a deep stack",
     ),
     "residual_fades": Misconception(
         "thinks a residual stack's gradient fades like a plain stack's",
@@ -607,6 +721,16 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "block unchanged, so the first block's gradient stays comparable to the last's, even "
         "with sigmoid blocks (as long as the skip path is not detached).",
         "07_gradient_clinic",
+        section="7. True vanishing gradients: a deep stack",
+    ),
+    "residual_never_explodes": Misconception(
+        "thinks a skip connection keeps a deep stack's gradient in check",
+        "the identity route stops the gradient from vanishing, but each block h + f(h) also adds "
+        "its own output: with unbounded blocks (h + relu(layer(h))) the activations, the loss "
+        "and the gradients grow with depth, and a few SGD steps blow up to inf or nan. Bound "
+        "the blocks (tanh), scale them down, or normalise.",
+        "07_gradient_clinic",
+        section="7. True vanishing gradients: a deep stack",
     ),
     "hard_choice_trains": Misconception(
         "thinks a hard choice (a comparison, torch.where, argmax) trains what made the choice",
@@ -614,6 +738,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "never picked gets zeros, so neither ever learns. A soft choice, "
         "g = sigmoid(gate(h)); g * a + (1 - g) * b, sends gradient to all three.",
         "07_gradient_clinic",
+        section="6. Case 5: control flow that silently kills a branch",
     ),
 }
 
@@ -625,6 +750,11 @@ MISCONCEPTIONS: dict[str, Misconception] = {
 #: may put its own reading first (``on_error``). Messages as torch 2.13 words them.
 ERROR_SIGNATURES: list[tuple[str, str, str]] = [
     ("TypeError", "unexpected keyword argument 'require_grad'", "require_grad_typo"),
+    ("TypeError", "require_grad=bool", "require_grad_typo"),
+    ("AttributeError", "has no attribute 'require_grad", "require_grad_typo"),
+    ("AttributeError", "'Linear' object has no attribute 'retain_grad'", "monitor_watches_layer"),
+    ("AttributeError", "'Sequential' object has no attribute 'retain_grad'",
+     "monitor_watches_layer"),
     ("RuntimeError", "a leaf Variable that requires grad is being used in an in-place operation",
      "leaf_inplace_ok"),
     ("RuntimeError", "has been modified by an inplace operation", "inplace_never_checked"),
@@ -638,6 +768,9 @@ ERROR_SIGNATURES: list[tuple[str, str, str]] = [
      "post_hook_on_nonleaf"),
     ("RuntimeError", "you can only change requires_grad flags of leaf variables",
      "requires_grad_off_nonleaf"),
+    ("TypeError", "(torch.nn.Parameter or None required)", "tensor_attribute_is_parameter"),
+    ("ValueError", "can't optimize a non-leaf Tensor", "output_can_be_leaf"),
+    ("AttributeError", "'NoneType' object has no attribute 'zero_'", "zero_grad_fills_zeros"),
 ]
 
 

@@ -5,18 +5,24 @@ predict question runs the very code the notebook shows (``code``) and reads the
 facts with :mod:`autograder.torchfacts`; a code question runs the learner's
 function in the oracle and compares what it does with a reference computation
 run by torch at the same moment (never with typed-in numbers).
+
+A misconception is named only from evidence: the value a learner predicted, what torch
+reports about the tensors their code made (a ``grad_fn``, a shared storage, a warning, a
+gradient equal to that of a known wrong program), or which switch their code used.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
+import dataclasses
 import warnings
 from typing import Any
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName
+from autograder.encoding import ExceptionName, LearnerFunction
 from autograder.questions import (
-    Finding,
+    WRONG,
     Item,
     LearnerCodeError,
     Lesson,
@@ -25,9 +31,8 @@ from autograder.questions import (
     Verdict,
     WriteCode,
     define_learner,
-    myth_text,
     run_learner,
-    score_requirements,
+    score,
     values_equal,
     warns,
 )
@@ -38,6 +43,16 @@ lesson = Lesson("03_detach", "detach() and its cousins")
 def _error(ns: dict, name: str = "error"):
     err = ns.get(name)
     return None if err is None else ExceptionName(type(err).__name__)
+
+
+def _when(value: Any, key: str):
+    """An item's myth: ``key`` when the learner gave ``value``, else no label."""
+    return lambda given, expected: key if values_equal(given, value) else None
+
+
+def _if_no_error(key: str):
+    """An item about whether code raises: ``key`` when the learner said it does not."""
+    return lambda given, expected: key if given is None and expected is not None else None
 
 
 # --------------------------------------------------------------------------- predict
@@ -55,15 +70,15 @@ class Q1Relabelled(Predict):
     title = "What detach() returns"
     code = RELABEL
     items = [
-        Item("packed.is_leaf", "detach() returns a tensor with no recorded history: a leaf.",
+        Item("packed.is_leaf", "`detach()` returns a tensor with no recorded history: a leaf.",
              "detach_keeps_grad"),
-        Item("packed.requires_grad", "the package carries no recipe to trace back: detach() "
-             "returns a tensor with requires_grad=False, even when the original requires grad.",
+        Item("packed.requires_grad", "The package carries no recipe to trace back: `detach()` "
+             "returns a tensor with `requires_grad=False`, even when the original requires grad.",
              "detach_keeps_grad"),
-        Item("packed.grad_fn is None", "no recipe step is attached to the package: grad_fn is "
-             "None.", "detach_keeps_grad"),
-        Item("same storage", "same stew, no recipe: packed.data_ptr() == stew.data_ptr(); "
-             "detach() copies nothing.", "detach_copies"),
+        Item("packed.grad_fn is None", "No recipe step is attached to the package: `grad_fn` "
+             "is `None`.", "detach_keeps_grad"),
+        Item("same storage", "Same stew, no recipe: `packed.data_ptr() == stew.data_ptr()`; "
+             "`detach()` copies nothing.", "detach_copies"),
     ]
 
     def facts(self, ns):
@@ -91,30 +106,32 @@ except RuntimeError as exc:
 """
 
 
-def _broth_myth(given: Any, expected: Any) -> str | None:
-    # broth[0] still 1.0, or no error: the learner thinks packed was a copy.
-    if values_equal(given, 1.0) or given is None:
-        return "detach_copies"
-    if values_equal(given, 7.0):
-        return "clone_shares_storage"
-    return None
-
-
 @lesson.register
 class Q2SharedBroth(Predict):
     qid = "q2"
     title = "Writing through the vacuum pack"
     code = BROTH
     items = [
-        Item("broth[0]", "packed shares broth's storage, so packed[0] = 5.0 wrote into broth.",
-             _broth_myth, part="shared"),
-        Item("broth[1]", "remade is a real copy (detach().clone()): writing into it leaves "
-             "broth alone.", _broth_myth, part="shared"),
-        Item("error", "exp saved its output for backward; the write through packed bumped the "
-             "version counter that packed shares with broth, so backward raises RuntimeError "
-             "('modified by an inplace operation'). Answer RuntimeError or None.", _broth_myth,
-             part="backward"),
+        Item("broth[0]", "`packed` shares `broth`'s storage, so `packed[0] = 5.0` wrote into "
+             "the pot itself.", _when(1.0, "detach_copies"), part="shared"),
+        Item("broth[1]", "`remade` is a real copy (`detach().clone()`): writing into it leaves "
+             "`broth` alone.", _when(7.0, "clone_shares_storage"), part="shared"),
+        Item("error", "`exp` saved its output for backward; the write through `packed` bumped "
+             "the version counter that `packed` shares with `broth`, so backward raises "
+             "`RuntimeError` ('modified by an inplace operation'). Answer `RuntimeError` or "
+             "`None`.", None, part="backward"),
     ]
+
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        if item.key == "error" and finding.status == WRONG and answer.get("error") is None:
+            # No error predicted: did the learner think the write missed the broth, or that
+            # autograd would not notice it? Their broth[0] says which.
+            first = answer.get("broth[0]")
+            myth = ("detach_copies" if values_equal(first, 1.0) else
+                    "inplace_never_checked" if values_equal(first, 5.0) else None)
+            finding = dataclasses.replace(finding, misconception=myth)
+        return finding
 
     def facts(self, ns):
         values = tf._tolist(ns["broth"])
@@ -135,18 +152,18 @@ class Q3Copies(Predict):
     title = "Three ways to copy"
     code = COPIES
     items = [
-        Item("copy_a.is_leaf", "clone() is an operation like any other: it records "
-             "CloneBackward0, so copy_a is a non-leaf that stays on the recipe.",
+        Item("copy_a.is_leaf", "`clone()` is an operation like any other: it records "
+             "`CloneBackward0`, so `copy_a` is a non-leaf that stays on the recipe.",
              "clone_cuts_history", part="clone"),
-        Item("copy_a.requires_grad", "clone() keeps the history: gradients flow back through "
-             "copy_a to the original.", "clone_cuts_history", part="clone"),
-        Item("copy_b.requires_grad", "detach() cut the history before clone() copied the "
+        Item("copy_a.requires_grad", "`clone()` keeps the history: gradients flow back through "
+             "`copy_a` to the original.", "clone_cuts_history", part="clone"),
+        Item("copy_b.requires_grad", "`detach()` cut the history before `clone()` copied the "
              "data: a fresh leaf without grad.", "detach_keeps_grad", part="fresh"),
-        Item("copy_c.requires_grad", "torch.tensor(t) copies the values into a new leaf "
-             "without grad (requires_grad defaults to False).", "detach_keeps_grad",
+        Item("copy_c.requires_grad", "`torch.tensor(t)` copies the values into a new leaf "
+             "without grad (`requires_grad` defaults to `False`).", "detach_keeps_grad",
              part="fresh"),
-        Item("copy_c warns", "torch.tensor(t) on a tensor emits a UserWarning recommending "
-             "t.detach().clone().", "torch_tensor_silent", part="fresh"),
+        Item("copy_c warns", "`torch.tensor(t)` on a tensor emits a `UserWarning` recommending "
+             "`t.detach().clone()`.", "torch_tensor_silent", part="fresh"),
     ]
 
     def facts(self, ns):
@@ -180,14 +197,15 @@ class Q4Switches(Predict):
     title = "requires_grad_(False) and detach_()"
     code = SWITCHES
     items = [
-        Item("error", "requires_grad_ can change the flag of leaves only; on a computed tensor "
-             "it raises RuntimeError. Answer RuntimeError or None.", "requires_grad_off_nonleaf"),
-        Item("dough.is_leaf", "detach_() cuts dough off its recipe in place: it becomes a leaf.",
+        Item("error", "`requires_grad_` can change the flag of leaves only; on a semi-finished "
+             "dish it raises `RuntimeError`. Answer `RuntimeError` or `None`.",
+             _if_no_error("requires_grad_off_nonleaf")),
+        Item("dough.is_leaf", "`detach_()` cuts `dough` off its recipe in place: it becomes a "
+             "leaf.", "detach_inplace_harmless"),
+        Item("dough.requires_grad", "After `detach_()`, `dough` no longer requires grad.",
              "detach_inplace_harmless"),
-        Item("dough.requires_grad", "after detach_() dough no longer requires grad.",
-             "detach_inplace_harmless"),
-        Item("flour.requires_grad", "nothing touched flour: cutting dough off its recipe does "
-             "not change the ingredient it was made from.", None),
+        Item("flour.requires_grad", "Nothing touched `flour`: cutting `dough` off its recipe "
+             "does not change the ingredient it was made from.", None),
     ]
 
     def facts(self, ns):
@@ -215,14 +233,14 @@ class Q5Freeze(Predict):
     title = "Which freeze works?"
     code = FREEZE
     items = [
-        Item("model[0].weight.grad is None", "p.detach() returns a new tensor that is thrown "
+        Item("model[0].weight.grad is None", "`p.detach()` returns a new tensor that is thrown "
              "away; the parameter itself still requires grad and gets its gradient.",
              "detach_freezes"),
-        Item("model[0].bias.grad is None", "requires_grad_(False) freezes the parameter: "
-             "backward leaves its .grad at None.", None),
-        Item("model[1].weight.grad is None", "on a leaf parameter, detach_() switches "
-             "requires_grad off in place: that one is frozen too.", "detach_inplace_harmless"),
-        Item("model[1].bias.grad is None", "nobody touched model[1].bias: it trains.", None),
+        Item("model[0].bias.grad is None", "`requires_grad_(False)` freezes the parameter: "
+             "backward leaves its `.grad` at `None`.", None),
+        Item("model[1].weight.grad is None", "On a leaf parameter, `detach_()` switches "
+             "`requires_grad` off in place: that one is frozen too.", "detach_inplace_harmless"),
+        Item("model[1].bias.grad is None", "Nobody touched `model[1].bias`: it trains.", None),
     ]
 
     def facts(self, ns):
@@ -250,50 +268,162 @@ g.backward()
 """
 
 
-def _residual_myth(given: Any, expected: Any) -> str | None:
-    import torch
-
-    kept = float((torch.tensor(1.0) + torch.tensor(0.1)) ** 3)
-    if isinstance(given, int | float) and values_equal(given, kept) and not values_equal(
-        expected, kept
-    ):
-        return "residual_detach_harmless"
-    return None
-
-
 @lesson.register
 class Q6Residual(Predict):
     qid = "q6"
-    title = "The residual block of seed 001, by hand"
+    title = "The residual block, by hand"
     code = RESIDUAL
     items = [
-        Item("x.grad", "each block maps h to (w + 1) * h, so dh/dx = (w + 1)**3 = 1.1**3.",
+        Item("x.grad", "Each block maps `h` to `(w + 1) * h`, so dh/dx = (w + 1)**3 = 1.1**3.",
              None),
-        Item("x2.grad", "with the skip path detached, only w * g carries gradient: "
+        Item("x2.grad", "With the skip path vacuum-packed, only `w * g` carries gradient: "
              "dg/dx2 = w**3 = 0.1**3. The skip path's 1 is gone from every factor.",
-             _residual_myth),
+             _when(1.1 ** 3, "residual_detach_harmless")),
     ]
 
     def facts(self, ns):
         return {"x.grad": tf.grad_values(ns["x"]), "x2.grad": tf.grad_values(ns["x2"])}
 
 
-# --------------------------------------------------------------------------- write code
+# --------------------------------------------------------------------------- write code helpers
+
+NO_GRAD = ("no_grad", "set_grad_enabled", "inference_mode")
 
 
-def _cases_snapshot(variant: str) -> dict[str, Any]:
+def _uses(fn: LearnerFunction, *names: str) -> bool:
+    """Whether the learner's code names any of ``names`` (as a name or an attribute)."""
+    try:
+        tree = ast.parse(fn.source)
+    except SyntaxError:
+        return False
+    return any((isinstance(n, ast.Attribute) and n.attr in names)
+               or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(tree))
+
+
+def _close(a, b) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-4, atol=1e-7)
+
+
+def _norm(values) -> str:
+    import torch
+
+    return "`None`" if values is None else f"{float(torch.tensor(values).norm()):.4g}"
+
+
+@dataclasses.dataclass
+class _Loss:
+    """A loss the learner's function returned, after the checker's ``backward()`` on it."""
+
+    value: Any
+    failure: str | None  # why backward could not run, or None
+
+
+def _loss_run(fn: LearnerFunction, *args) -> _Loss:
+    loss = run_learner(fn, *args).result
+    if not tf.is_tensor(loss):
+        return _Loss(loss, f"your function returned {type(loss).__name__}, not a tensor: "
+                           "backward needs the loss tensor")
+    try:
+        loss.backward()
+    except RuntimeError as exc:
+        return _Loss(loss, f"`loss.backward()` raised RuntimeError: {str(exc).splitlines()[0]}")
+    return _Loss(loss, None)
+
+
+def _backward_runs(fn: LearnerFunction, name: str) -> Requirement:
+    """Backward runs on the returned loss; a loss with nothing recorded, from code that switched
+    recording off, names the detach()/no_grad() confusion."""
+
+    def test(r: _Loss):
+        unrecorded = r.failure is not None and "does not have a grad_fn" in r.failure
+        return (r.failure is None, r.failure or "",
+                "detach_no_grad_confused" if unrecorded and _uses(fn, *NO_GRAD) else None)
+
+    return Requirement(f"{name}: `loss.backward()` runs on the loss you return", test)
+
+
+def _after_backward(test):
+    """A requirement's test that needs the gradients: not checked when backward did not run."""
+    def checked(r: _Loss):
+        if r.failure is not None:
+            return False, "there is no gradient to compare: backward did not run"
+        return test(r)
+    return checked
+
+
+# --------------------------------------------------------------------------- Q7 snapshot
+
+
+def _snapshot_cases(variant: str) -> dict[str, Any]:
     import torch
 
     torch.manual_seed(3)
     w = torch.randn(3, requires_grad=True)
     cases = {
-        "a semi-finished dish (w * 2).exp()": (w * 2).exp(),
-        "a layer's weight": torch.nn.Linear(3, 2).weight,
+        "on a semi-finished dish `(w * 2).exp()`": (w * 2).exp(),
+        "on a layer's weight": torch.nn.Linear(3, 2).weight,
     }
     if variant == "hidden":
-        cases["a view t[1:] of a leaf"] = torch.randn(4, 3, requires_grad=True)[1:]
-        cases["bottled sauce (no grad)"] = torch.randn(5)
+        cases["on a view `t[1:]` of a market ingredient"] = \
+            torch.randn(4, 3, requires_grad=True)[1:]
+        cases["on bottled sauce (no grad)"] = torch.randn(5)
     return cases
+
+
+def _copy_requirements(name: str, original) -> list[Requirement]:
+    import torch
+
+    before, version = tf._tolist(original), tf.version(original)
+
+    def values(run):
+        res = run.result
+        if not tf.is_tensor(res):
+            return False, f"your function returned {type(res).__name__}, not a tensor"
+        got = tf._tolist(res)
+        return values_equal(got, before), f"your copy holds {got}, `t` holds {before}"
+
+    def fresh(run):
+        res = run.result
+        if res is original:
+            return False, "you returned `t` itself, not a copy"
+        recipe = tf.grad_fn_name(res)
+        if recipe is not None:
+            return (False, f"your copy has grad_fn `{recipe}`: it is still on the recipe of `t`",
+                    "clone_cuts_history" if recipe == "CloneBackward0" else None)
+        if tf.requires_grad(res):
+            return False, "your copy is a leaf that requires grad: a snapshot has no recipe to " \
+                          "trace and should not ask for a gradient"
+        return True, ""
+
+    def separate(run):
+        res = run.result
+        with torch.no_grad():
+            res.add_(1.0)  # a write into the copy must not reach the original
+        if values_equal(tf._tolist(original), before) and tf.version(original) == version:
+            return True, ""
+        if res is original:
+            return False, "you returned `t` itself: writing into it is writing into `t`"
+        detached = tf.is_leaf(res) and not tf.requires_grad(res)
+        return (False, "writing into your copy changed `t`: they share one storage (the same "
+                       "pot, vacuum-packed)", "detach_copies" if detached else None)
+
+    def silent(run):
+        if not run.warnings:
+            return True, ""
+        said = run.warnings[0].splitlines()[0]
+        return (False, f"your function warned: {said}",
+                "torch_tensor_silent" if "copy construct from a tensor" in said else None)
+
+    return [
+        Requirement(f"{name}: the same values", values),
+        Requirement(f"{name}: a leaf that does not require grad", fresh),
+        Requirement(f"{name}: its own storage", separate),
+        Requirement(f"{name}: no warning", silent),
+    ]
 
 
 @lesson.register
@@ -303,72 +433,28 @@ class Q7Snapshot(WriteCode):
     function_name = "snapshot"
 
     def grade_code(self, fn, part, variant):
-        import torch
-
-        findings, right, total = [], 0, 0
-        for name, original in _cases_snapshot(variant).items():
-            before = tf._tolist(original)
-            version = tf.version(original)
-            try:
-                run = run_learner(fn, original)
-            except LearnerCodeError as exc:
-                total += 1
-                findings.append(Finding(False, f"{name}: your function raised {exc.summary}"))
-                continue
-            res = run.result
-
-            def values(res=res, before=before):
-                return tf.is_tensor(res) and values_equal(tf._tolist(res), before), \
-                    "return a tensor with the same values"
-
-            def fresh(res=res):
-                return tf.is_tensor(res) and tf.is_leaf(res) and not tf.requires_grad(res), \
-                    "the copy must be a leaf that does not require grad (no recipe history)"
-
-            def separate(res=res, original=original, before=before, version=version):
-                if not tf.is_tensor(res):
-                    return False, "not a tensor"
-                with torch.no_grad():
-                    res.add_(1.0)  # a write into the copy must not reach the original
-                same = values_equal(tf._tolist(original), before) and \
-                    tf.version(original) == version
-                return same, "writing into your copy changed the original (shared storage)"
-
-            def silent(run=run):
-                return not run.warnings, f"your function warned: {run.warnings}"
-
-            for text, test, myth in [
-                ("same values", values, None),
-                ("a leaf without grad", fresh, "clone_cuts_history"),
-                ("its own storage", separate, "detach_copies"),
-                ("no warning", silent, "torch_tensor_silent"),
-            ]:
-                total += 1
-                try:
-                    ok, detail = test()
-                except Exception as exc:
-                    ok, detail = False, f"could not be checked ({type(exc).__name__}: {exc})"
-                if ok:
-                    right += 1
-                    findings.append(Finding(True, f"{name}: {text} -- yes."))
-                else:
-                    msg = f"{name}: {text} -- no: {detail}."
-                    if myth:
-                        msg += f" [Misconception: {myth_text(myth)}.]"
-                    findings.append(Finding(False, msg, misconception=myth))
-        return Verdict(self.qid, findings)
+        return Verdict.merge(self.qid, [
+            score(self.qid, _copy_requirements(name, t), lambda t=t: run_learner(fn, t), part)
+            for name, t in _snapshot_cases(variant).items()])
 
 
-def _freeze_model(variant: str):
+# --------------------------------------------------------------------------- Q8 freeze
+
+
+def _freeze_models(variant: str) -> dict[str, Any]:
     import torch
     from torch import nn
 
-    torch.manual_seed(5 if variant == "hidden" else 4)
+    def model(middle):
+        return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), middle, nn.Tanh(), nn.Linear(6, 1))
+
+    torch.manual_seed(4)
+    models = {"a middle `nn.Linear(6, 6)`": model(nn.Linear(6, 6))}
     if variant == "hidden":  # a layer with sub-layers: freeze all of its parameters
-        middle = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6))
-    else:
-        middle = nn.Linear(6, 6)
-    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), middle, nn.Tanh(), nn.Linear(6, 1))
+        torch.manual_seed(5)
+        models["a middle `nn.Sequential(Linear, ReLU, Linear)`"] = model(
+            nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6)))
+    return models
 
 
 def _train_step(model) -> None:
@@ -382,6 +468,74 @@ def _train_step(model) -> None:
     opt.step()
 
 
+def _freeze_belief(fn: LearnerFunction, model) -> str | None:
+    """Why the layer still trains, read off what the learner's code did to the model."""
+    layer = model[2]
+    if tf.grad_values(model[0].weight) is None:
+        return "detach_activation_freezes_one"  # the route through the layer was cut instead
+    if vars(layer).get("requires_grad") is False or any(
+            vars(m).get("requires_grad") is False for m in layer.modules()):
+        return "module_requires_grad_attr"  # a plain attribute on the module, read by nobody
+    if not layer.training:
+        return "eval_freezes"
+    if _uses(fn, *NO_GRAD):
+        return "no_grad_flips_flag"
+    if _uses(fn, "detach"):
+        return "detach_freezes"
+    return None
+
+
+def _freeze_requirements(fn, label, model, reference, before) -> list[Requirement]:
+    """What torch reports about the model once the learner froze ``model[2]`` and one
+    training step ran (the tests read the layer then, whatever the learner did to it)."""
+    import torch
+
+    layer = model[2]
+
+    def middle():
+        return dict(layer.named_parameters())
+
+    def frozen_flags(_run):
+        on = [n for n, p in middle().items() if tf.requires_grad(p)]
+        return (not on, f"{', '.join(f'`{n}`' for n in on)} still "
+                        f"{'has' if len(on) == 1 else 'have'} `requires_grad=True`",
+                _freeze_belief(fn, model))
+
+    def no_grads(_run):
+        stored = [f"`{n}` (norm {_norm(tf.grad_values(p))})" for n, p in middle().items()
+                  if tf.grad_values(p) is not None]
+        return not stored, f"backward stored a gradient on {', '.join(stored)}"
+
+    def unchanged(_run):
+        moved = {n: float((p.detach() - before[n]).abs().max()) for n, p in middle().items()
+                 if n in before and not torch.equal(p.detach(), before[n])}
+        return not moved, "the step moved " + ", ".join(f"`{n}` by up to {d:.3g}"
+                                                        for n, d in moved.items())
+
+    def others_train(_run):
+        if tf.grad_values(model[0].weight) is None:
+            return (False, "the first layer got no gradient at all (`.grad` is `None`): the "
+                           "route back through the middle layer was cut",
+                    "detach_activation_freezes_one")
+        ref = dict(reference.named_parameters())
+        bad = [f"`{n}` (norm {_norm(tf.grad_values(p))}, torch's reference "
+               f"{_norm(tf.grad_values(ref[n]))})" for n, p in model.named_parameters()
+               if not n.startswith("2.") and n in ref
+               and not _close(tf.grad_values(p), tf.grad_values(ref[n]))]
+        return not bad, ("these gradients differ from those of the model with the layer frozen "
+                         "correctly: " + ", ".join(bad))
+
+    return [
+        Requirement(f"{label}: every parameter of the layer has `requires_grad=False`",
+                    frozen_flags),
+        Requirement(f"{label}: backward leaves the layer's `.grad` at `None`", no_grads),
+        Requirement(f"{label}: an SGD step over `model.parameters()` leaves the layer unchanged",
+                    unchanged),
+        Requirement(f"{label}: the layers before and after it still get their gradients",
+                    others_train),
+    ]
+
+
 @lesson.register
 class Q8FreezeLayer(WriteCode):
     qid = "q8"
@@ -389,114 +543,121 @@ class Q8FreezeLayer(WriteCode):
     function_name = "freeze"
 
     def grade_code(self, fn, part, variant):
-        model = _freeze_model(variant)
-        reference = copy.deepcopy(model)
-        for p in reference[2].parameters():  # the correct freeze, done by the grader
-            p.requires_grad_(False)
-        try:
-            run = run_learner(fn, model[2])
-        except LearnerCodeError as exc:
-            return Verdict(self.qid, [Finding(False, f"Your function raised {exc.summary}")])
-        middle = list(model[2].parameters())
-        middle_ids = {id(p) for p in middle}
-        before = [tf._tolist(p) for p in middle]
-        _train_step(model)
-        _train_step(reference)
+        verdicts = []
+        for label, model in _freeze_models(variant).items():
+            reference = copy.deepcopy(model)
+            reference[2].requires_grad_(False)  # the correct freeze, done by the grader
+            _train_step(reference)
+            before = {n: p.detach().clone() for n, p in model[2].named_parameters()}
 
-        def frozen_flags(_run):
-            return not any(tf.requires_grad(p) for p in middle), \
-                "some parameter of the layer still has requires_grad=True"
+            def run(model=model):
+                result = run_learner(fn, model[2])
+                try:
+                    _train_step(model)
+                except Exception as exc:
+                    raise LearnerCodeError(f"{type(exc).__name__}: {exc} (in the training step "
+                                           "after your `freeze`)", type(exc).__name__) from None
+                return result
 
-        def no_grads(_run):
-            return all(tf.grad_values(p) is None for p in middle), \
-                "backward still stored a gradient on the layer's parameters"
-
-        def unchanged(_run):
-            ok = all(values_equal(tf._tolist(p), b) for p, b in zip(middle, before, strict=True))
-            return ok, "the optimizer step changed the layer"
-
-        def others_train(_run):
-            pairs = [(p, r) for p, r in zip(model.parameters(), reference.parameters(),
-                                            strict=True) if id(p) not in middle_ids]
-            ok = all(_close(tf.grad_values(p), tf.grad_values(r)) for p, r in pairs)
-            return ok, ("the layers before and after it must still get their gradients: the "
-                        "gradient has to flow *through* the frozen layer")
-
-        return score_requirements(self.qid, run, [
-            Requirement("every parameter of the layer has requires_grad=False", frozen_flags,
-                        "detach_freezes"),
-            Requirement("after backward, the layer's .grad is None", no_grads, "detach_freezes"),
-            Requirement("an SGD step over model.parameters() leaves the layer unchanged",
-                        unchanged, "detach_freezes"),
-            Requirement("the other layers still receive the right gradients", others_train,
-                        "detach_activation_freezes_one"),
-        ])
+            verdicts.append(score(self.qid, _freeze_requirements(fn, label, model, reference,
+                                                                 before), run, part))
+        return Verdict.merge(self.qid, verdicts)
 
 
-def _close(a, b) -> bool:
-    import torch
+# --------------------------------------------------------------------------- Q9 custom loss
 
-    if a is None or b is None:
-        return a is None and b is None
-    return torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-4, atol=1e-7)
+
+def _loss_cases(variant: str) -> dict[str, tuple]:
+    """name -> (seed, mid layer, head, batch size, outputs)."""
+    from torch import nn
+
+    cases = {"with a batch of 6": (20, lambda: nn.Linear(4, 3), lambda: nn.Linear(3, 1), 6, 4, 1)}
+    if variant == "hidden":
+        cases["with a two-layer `mid_layer` and two outputs"] = (
+            21, lambda: nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)),
+            lambda: nn.Linear(3, 2), 10, 5, 2)
+    return cases
+
+
+def _intended_grads(mid, head, x, target, aux_weight: float):
+    """mid's and head's gradients of main + aux_weight * aux, computed by torch now."""
+    import torch.nn.functional as F
+
+    mid, head = copy.deepcopy(mid), copy.deepcopy(head)
+    feat = mid(x)
+    loss = F.mse_loss(head(feat.tanh()), target) + aux_weight * (feat ** 2).mean()
+    loss.backward()
+    return loss, [tf.grad_values(p) for p in mid.parameters()], \
+        [tf.grad_values(p) for p in head.parameters()]
 
 
 @lesson.register
 class Q9CustomLoss(WriteCode):
     qid = "q9"
-    title = "Find the bug: seed 004's custom loss"
+    title = "Find the bug: the five-scenarios article's custom loss"
     function_name = "custom_loss"
+    starter = '''\
+def custom_loss(output, target, feat):
+    main = F.mse_loss(output, target)
+    aux = (feat.detach() ** 2).mean()      # "detach, so as not to disturb the graph"
+    return main + 0.1 * aux
+'''
 
     def grade_code(self, fn, part, variant):
         import torch
-        import torch.nn.functional as F
-        from torch import nn
 
-        torch.manual_seed(21 if variant == "hidden" else 20)
-        mid, head = nn.Linear(4, 3), nn.Linear(3, 1)
-        ref_mid, ref_head = copy.deepcopy(mid), copy.deepcopy(head)
-        x, target = torch.randn(6, 4), torch.randn(6, 1)
+        verdicts = []
+        for name, (seed, make_mid, make_head, n, d_in, d_out) in _loss_cases(variant).items():
+            torch.manual_seed(seed)
+            mid, head = make_mid(), make_head()
+            x, target = torch.randn(n, d_in), torch.randn(n, d_out)
+            ref_loss, ref_mid, ref_head = _intended_grads(mid, head, x, target, 0.1)
+            _, main_mid, _ = _intended_grads(mid, head, x, target, 0.0)
+            unweighted, _, _ = _intended_grads(mid, head, x, target, 1.0)
 
-        # The intended loss, run by torch now: main loss + 0.1 * auxiliary loss on the feature.
-        ref_feat = ref_mid(x)
-        ref_loss = F.mse_loss(ref_head(ref_feat.tanh()), target) + 0.1 * (ref_feat ** 2).mean()
-        ref_loss.backward()
+            def run(mid=mid, head=head, x=x, target=target):
+                feat = mid(x)
+                return _loss_run(fn, head(feat.tanh()), target, feat)
 
-        feat = mid(x)
-        output = head(feat.tanh())
-        try:
-            run = run_learner(fn, output, target, feat)
-            loss = run.result
-            if not tf.is_tensor(loss):
-                raise LearnerCodeError(f"it returned {type(loss).__name__}, not a tensor",
-                                       "TypeError")
-            loss.backward()
-        except LearnerCodeError as exc:
-            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
-        except RuntimeError as exc:
-            return Verdict(self.qid, [Finding(
-                False, f"backward() on your loss raised RuntimeError: {str(exc).splitlines()[0]}",
-                misconception="detach_in_loss_harmless")])
+            def value(r, ref_loss=ref_loss, unweighted=unweighted):
+                if not tf.is_tensor(r.value):
+                    return False, f"your function returned {type(r.value).__name__}"
+                got, want = tf._tolist(r.value), tf._tolist(ref_loss)
+                detail = f"your loss is {got:.6g}, `main + 0.1 * aux` is {want:.6g}"
+                if values_equal(got, tf._tolist(unweighted), 1e-5):
+                    detail += ": that is `main + aux`, the auxiliary term lost its factor 0.1"
+                return values_equal(got, want, 1e-5), detail
 
-        def value(_run):
-            got, want = tf._tolist(loss), tf._tolist(ref_loss)
-            return values_equal(got, want, 1e-5), f"the loss is {got}, expected {want}"
+            def head_grad(_loss, head=head, ref_head=ref_head):
+                got = [tf.grad_values(p) for p in head.parameters()]
+                return all(_close(g, r) for g, r in zip(got, ref_head, strict=True)), \
+                    f"the output layer's weight gradient has norm {_norm(got[0])}, torch's " \
+                    f"reference {_norm(ref_head[0])}"
 
-        def head_grad(_run):
-            return _close(tf.grad_values(head.weight), tf.grad_values(ref_head.weight)), \
-                "the output layer's gradient differs from the intended loss's"
+            def mid_grad(_loss, mid=mid, ref_mid=ref_mid, main_mid=main_mid):
+                got = [tf.grad_values(p) for p in mid.parameters()]
+                if all(_close(g, r) for g, r in zip(got, ref_mid, strict=True)):
+                    return True, ""
+                if all(_close(g, m) for g, m in zip(got, main_mid, strict=True)):
+                    return (False, "`mid_layer` receives exactly what the main loss alone gives "
+                                   "it: the auxiliary term sends it nothing",
+                            "detach_no_grad_confused" if _uses(fn, *NO_GRAD)
+                            else "detach_in_loss_harmless")
+                return False, f"its first weight gradient has norm {_norm(got[0])}, the " \
+                              f"intended loss's {_norm(ref_mid[0])}"
 
-        def mid_grad(_run):
-            return _close(tf.grad_values(mid.weight), tf.grad_values(ref_mid.weight)), \
-                ("mid_layer's gradient is missing the auxiliary loss's share: the feature was "
-                 "cut off its recipe inside the loss")
+            verdicts.append(score(self.qid, [
+                Requirement(f"{name}: the loss value is `main + 0.1 * aux`", value),
+                _backward_runs(fn, name),
+                Requirement(f"{name}: the output layer gets the right gradient",
+                            _after_backward(head_grad)),
+                Requirement(f"{name}: `mid_layer` gets the gradient of *both* terms",
+                            _after_backward(mid_grad)),
+            ], run, part))
+        return Verdict.merge(self.qid, verdicts)
 
-        return score_requirements(self.qid, run, [
-            Requirement("the loss value is main + 0.1 * aux", value),
-            Requirement("the output layer gets the right gradient", head_grad),
-            Requirement("mid_layer gets the gradient of *both* losses", mid_grad,
-                        "detach_in_loss_harmless"),
-        ])
+
+# --------------------------------------------------------------------------- Q10 residual
 
 
 def _stack(width: int, depth: int, seed: int):
@@ -507,22 +668,31 @@ def _stack(width: int, depth: int, seed: int):
     return [(nn.Linear(width, width), nn.Linear(width, width)) for _ in range(depth)]
 
 
-def _through(block, layers, x, training):
-    h = x
-    for conv1, conv2 in layers:
-        h = block(h, conv1, conv2, training)
-    return h
-
-
-def _reference_block(x, conv1, conv2, training=True):
+def _kept_block(x, conv1, conv2, training=True):
     return conv2(conv1(x).relu()) + x
+
+
+def _plain_block(x, conv1, conv2, training=True):
+    return conv2(conv1(x).relu())
+
+
+def _cut_block(x, conv1, conv2, training=True):
+    return conv2(conv1(x).relu()) + x.detach()
 
 
 @lesson.register
 class Q10ResidualBug(WriteCode):
     qid = "q10"
-    title = "Find the bug: seed 001's residual block"
+    title = "Find the bug: the kitchen article's residual block"
     function_name = "resnet_block"
+    starter = '''\
+def resnet_block(x, conv1, conv2, training=True):
+    identity = x
+    x = conv1(x).relu()
+    x = conv2(x)
+    x = x + (identity.detach() if training else identity)
+    return x
+'''
 
     def grade_code(self, fn, part, variant):
         import torch
@@ -534,51 +704,99 @@ class Q10ResidualBug(WriteCode):
 
         def run_stack(block, training):
             x = x0.clone().requires_grad_(True)
-            out = _through(block, layers, x, training)
-            out.sum().backward()
+            h = x
+            for conv1, conv2 in layers:
+                h = block(h, conv1, conv2, training)
+            h.sum().backward()
             for conv1, conv2 in layers:  # the layers are shared: keep their grads clean
                 for p in (*conv1.parameters(), *conv2.parameters()):
                     p.grad = None
-            return out, x
+            return tf._tolist(h), tf.grad_values(x)
 
-        ref_out, ref_x = run_stack(_reference_block, True)
-        results = {}
-        try:
+        ref_out, ref_grad = run_stack(_kept_block, True)
+        # (the same gradient as a block without skip path: the belief is named only when the
+        # output is the residual one)
+        _, cut_grad = run_stack(_cut_block, True)
+        plain_out, _ = run_stack(_plain_block, True)
+
+        def run():
             block = define_learner(fn)
-            for mode, training in (("training", True), ("eval", False)):
+            try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    results[mode] = run_stack(block, training)
-        except LearnerCodeError as exc:
-            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
-        except Exception as exc:
-            return Verdict(self.qid, [Finding(
-                False, f"Your function raised {type(exc).__name__}: {exc}")])
+                    return {mode: run_stack(block, mode == "training")
+                            for mode in ("training", "eval")}
+            except Exception as exc:
+                raise LearnerCodeError(f"{type(exc).__name__}: {exc} (in a stack of your "
+                                       "blocks)", type(exc).__name__) from None
 
-        ref_norm = float(torch.tensor(tf.grad_values(ref_x)).norm())
-
-        def forward(_run):
-            out, _ = results["training"]
-            return _close(tf._tolist(out), tf._tolist(ref_out)), \
-                "the block's output values differ from conv2(relu(conv1(x))) + x"
-
-        def grad_in(mode):
-            def test(_run):
-                _, x = results[mode]
-                g = tf.grad_values(x)
-                got = float(torch.tensor(g).norm()) if g is not None else 0.0
-                return _close(g, tf.grad_values(ref_x)), (
-                    f"through {depth} blocks the input gradient has norm {got:.3g}; with the "
-                    f"skip path kept it is {ref_norm:.3g}")
+        def forward(mode):
+            def test(results):
+                out, _ = results[mode]
+                if _close(out, ref_out):
+                    return True, ""
+                if mode == "eval" and _close(out, tf._tolist(x0)):
+                    return False, ("in eval mode the stack returns its input unchanged: "
+                                   "`x + identity if training else identity` reads as "
+                                   "`(x + identity) if training else identity`")
+                if _close(out, plain_out):
+                    return False, ("your block has no skip path: it returns "
+                                   "`conv2(relu(conv1(x)))` without `+ x`")
+                return False, "the output differs from that of `conv2(relu(conv1(x))) + x`"
             return test
 
-        return score_requirements(self.qid, None, [
-            Requirement("the output values are those of a residual block", forward),
+        def grad_in(mode):
+            def test(results):
+                _, g = results[mode]
+                if _close(g, ref_grad):
+                    return True, ""
+                detail = (f"through {depth} blocks your input gradient has norm {_norm(g)}; "
+                          f"with the skip path kept it is {_norm(ref_grad)}")
+                cut = _close(g, cut_grad) and _close(results[mode][0], ref_out)
+                return False, detail, "residual_detach_harmless" if cut else None
+            return test
+
+        return score(self.qid, [
+            Requirement("in training mode, the output is that of a residual block",
+                        forward("training")),
+            Requirement("in eval mode, the output is that of a residual block", forward("eval")),
             Requirement(f"in training mode, the input gradient through {depth} blocks is the "
-                        "residual one", grad_in("training"), "residual_detach_harmless"),
+                        "residual one", grad_in("training")),
             Requirement(f"in eval mode, the input gradient through {depth} blocks is the "
-                        "residual one", grad_in("eval"), "residual_detach_harmless"),
-        ])
+                        "residual one", grad_in("eval")),
+        ], run, part)
+
+
+# --------------------------------------------------------------------------- Q11 discriminator
+
+
+def _gan_cases(variant: str) -> dict[str, tuple]:
+    """name -> (seed, G, D, noise size, batch)."""
+    from torch import nn
+
+    cases = {"with linear `G` and `D`": (30, lambda: nn.Linear(2, 3), lambda: nn.Linear(3, 1),
+                                         2, 5)}
+    if variant == "hidden":
+        cases["with two-layer `G` and `D`"] = (
+            31, lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh()),
+            lambda: nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 1)), 4, 7)
+    return cases
+
+
+def _bce_grads(D, G, z, real, with_fake: bool, swapped: bool = False):
+    import torch
+    import torch.nn.functional as F
+
+    real_label, fake_label = (torch.zeros_like, torch.ones_like) if swapped else \
+        (torch.ones_like, torch.zeros_like)
+    D, G = copy.deepcopy(D), copy.deepcopy(G)
+    logits = D(real)
+    loss = F.binary_cross_entropy_with_logits(logits, real_label(logits))
+    if with_fake:
+        fake_logits = D(G(z).detach())
+        loss = loss + F.binary_cross_entropy_with_logits(fake_logits, fake_label(fake_logits))
+    loss.backward()
+    return loss, [tf.grad_values(p) for p in D.parameters()]
 
 
 @lesson.register
@@ -589,48 +807,54 @@ class Q11Discriminator(WriteCode):
 
     def grade_code(self, fn, part, variant):
         import torch
-        import torch.nn.functional as F
-        from torch import nn
 
-        torch.manual_seed(31 if variant == "hidden" else 30)
-        G, D = nn.Linear(2, 3), nn.Linear(3, 1)
-        refG, refD = copy.deepcopy(G), copy.deepcopy(D)
-        z, real = torch.randn(5, 2), torch.randn(5, 3)
+        verdicts = []
+        for name, (seed, make_g, make_d, nz, n) in _gan_cases(variant).items():
+            torch.manual_seed(seed)
+            G, D = make_g(), make_d()
+            z = torch.randn(n, nz)
+            real = torch.randn(n, next(D.parameters()).shape[1])
+            ref_loss, ref_d = _bce_grads(D, G, z, real, True)
+            _, real_only = _bce_grads(D, G, z, real, False)
+            swapped, _ = _bce_grads(D, G, z, real, True, swapped=True)
 
-        fake = refG(z).detach()
-        real_logits, fake_logits = refD(real), refD(fake)
-        ref_loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
-                    + F.binary_cross_entropy_with_logits(fake_logits,
-                                                         torch.zeros_like(fake_logits)))
-        ref_loss.backward()
+            def run(D=D, G=G, z=z, real=real):
+                return _loss_run(fn, D, G, z, real)
 
-        try:
-            run = run_learner(fn, D, G, z, real)
-            loss = run.result
-            if not tf.is_tensor(loss):
-                raise LearnerCodeError(f"it returned {type(loss).__name__}, not a tensor",
-                                       "TypeError")
-            loss.backward()
-        except LearnerCodeError as exc:
-            return Verdict(self.qid, [Finding(False, f"Your function failed: {exc.summary}")])
+            def value(r, ref_loss=ref_loss, swapped=swapped):
+                if not tf.is_tensor(r.value):
+                    return False, f"your function returned {type(r.value).__name__}"
+                got, want = tf._tolist(r.value), tf._tolist(ref_loss)
+                detail = f"your loss is {got:.6g}, the discriminator's BCE loss is {want:.6g}"
+                if values_equal(got, tf._tolist(swapped), 1e-5):
+                    detail += ": your targets are swapped (the real batch is labelled 1, the fake 0)"
+                return values_equal(got, want, 1e-5), detail
 
-        def value(_run):
-            got, want = tf._tolist(loss), tf._tolist(ref_loss)
-            return values_equal(got, want, 1e-5), f"the loss is {got}, expected {want}"
+            def d_grads(_loss, D=D, ref_d=ref_d, real_only=real_only):
+                got = [tf.grad_values(p) for p in D.parameters()]
+                if all(_close(g, r) for g, r in zip(got, ref_d, strict=True)):
+                    return True, ""
+                if all(_close(g, r) for g, r in zip(got, real_only, strict=True)):
+                    return (False, "`D` learns from the real batch only: the fake term sends `D` "
+                                   "no gradient, because the route was cut after `D`, not "
+                                   "between `G` and `D`",
+                            "detach_no_grad_confused" if _uses(fn, *NO_GRAD)
+                            else "detach_activation_freezes_one")
+                return False, f"`D`'s first weight gradient has norm {_norm(got[0])}, the " \
+                              f"reference step's {_norm(ref_d[0])}"
 
-        def d_grads(_run):
-            return (_close(tf.grad_values(D.weight), tf.grad_values(refD.weight))
-                    and _close(tf.grad_values(D.bias), tf.grad_values(refD.bias))), \
-                "the discriminator's gradients differ from the reference step's"
+            def g_clean(_loss, G=G):
+                got = [(n, tf.grad_values(p)) for n, p in G.named_parameters()]
+                hit = [f"`{n}` (norm {_norm(g)})" for n, g in got if g is not None]
+                return (not hit, "backward put a gradient on the generator's " + ", ".join(hit),
+                        "fake_batch_not_detached")
 
-        def g_clean(_run):
-            grads = [tf.grad_values(p) for p in G.parameters()]
-            return all(g is None for g in grads), \
-                "the discriminator's loss put gradients on the generator's parameters"
-
-        return score_requirements(self.qid, run, [
-            Requirement("the loss value is the discriminator's BCE loss", value),
-            Requirement("the discriminator gets its gradients", d_grads),
-            Requirement("the generator gets no gradient from this step", g_clean,
-                        "fake_batch_not_detached"),
-        ])
+            verdicts.append(score(self.qid, [
+                Requirement(f"{name}: the loss value is the discriminator's BCE loss", value),
+                _backward_runs(fn, name),
+                Requirement(f"{name}: the discriminator gets its gradients",
+                            _after_backward(d_grads)),
+                Requirement(f"{name}: the generator gets no gradient from this step",
+                            _after_backward(g_clean)),
+            ], run, part))
+        return Verdict.merge(self.qid, verdicts)

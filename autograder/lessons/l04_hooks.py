@@ -5,17 +5,25 @@ predict question runs the very code the notebook shows (``code``) and reads the
 facts off its namespace; a code question computes its reference with torch in
 the oracle *before* running the learner's function (and, for a hook, the
 backward passes that call it), then compares.
+
+A misconception is named only from evidence: the value a learner predicted (compared with
+what a known wrong belief predicts), or what torch reports about what their code did (a
+gradient equal to a known wrong program's, a probe that edited its argument, probes left
+installed, which forward pass the probes were on).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName, LearnerFunction
+from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
 from autograder.questions import (
     CodeRun,
-    Finding,
     Item,
     LearnerCodeError,
     Lesson,
@@ -23,8 +31,9 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
-    myth_text,
+    learner_namespace,
     run_learner,
+    score,
     values_equal,
 )
 
@@ -37,6 +46,8 @@ def _values(v) -> Any:
         return None
     if tf.is_tensor(v):
         return tf._tolist(v)
+    if isinstance(v, TensorValue):
+        return v.values
     if isinstance(v, list | tuple):
         return [_values(x) for x in v]
     return v
@@ -46,17 +57,39 @@ def _error(err) -> ExceptionName | None:
     return None if err is None else ExceptionName(type(err).__name__)
 
 
-def _myth_if(wrong_value_of, key: str):
-    """Name misconception ``key`` when the wrong answer equals ``wrong_value_of(expected)``."""
+@functools.cache
+def _namespace(qid: str) -> dict:
+    """The namespace of a predict question's code, run once per check (to read what a wrong
+    belief would predict, e.g. the other probe's log or a parameter's shape)."""
+    import torch
 
-    def choose(given: Any, expected: Any) -> str | None:
-        try:
-            wrong = wrong_value_of(expected)
-        except Exception:
-            return None
-        return key if values_equal(given, wrong) else None
+    torch.manual_seed(0)
+    ns = learner_namespace()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(lesson[qid].code, f"<scenario 04_hooks/{qid}>", "exec"), ns)  # noqa: S102
+    return ns
 
-    return choose
+
+def _uses(fn: LearnerFunction, *names: str) -> bool:
+    """Whether the learner's code names any of ``names`` (as a name or an attribute)."""
+    try:
+        tree = ast.parse(fn.source)
+    except SyntaxError:
+        return False
+    return any((isinstance(n, ast.Attribute) and n.attr in names)
+               or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(tree))
+
+
+def _rounded(v: Any) -> Any:
+    """Values as a learner reads them: float32 noise rounded away (-0.4, not -0.40000000596)."""
+    if isinstance(v, list | tuple):
+        return [_rounded(x) for x in v]
+    return round(v, 6) if isinstance(v, float) else v
+
+
+def _raises(given: Any) -> bool:
+    return isinstance(given, ExceptionName)
 
 
 # --------------------------------------------------------------------------- Q1 non-leaf probe
@@ -72,9 +105,13 @@ loss.backward()
 
 
 def _seen_myth(given: Any, expected: Any) -> str | None:
-    if given in (None, [], [None]):
+    if _values(given) in (None, [], [None]):
         return "nonleaf_grad_never_computed"
     return None
+
+
+def _stored_myth(given: Any, expected: Any) -> str | None:
+    return "nonleaf_grad_stored" if isinstance(_values(given), list) else None
 
 
 @lesson.register
@@ -83,14 +120,14 @@ class Q1StationProbe(Predict):
     title = "What the probe at a transit station sees"
     code = STATION_PROBE
     items = [
-        Item("seen", "the probe is called once, with d loss / d station = 2 * station = "
-             "[4, 8, 12]: the gradient of a non-leaf *is* computed on the way back to x. Give "
+        Item("seen", "The probe is called once, with d loss / d station = 2 * station = "
+             "[4, 8, 12]: the gradient of a non-leaf *is* computed on the way back to `x`. Give "
              "the list the probe filled: a list holding one list.", _seen_myth),
-        Item("station.grad", "the gradient passed the probe but is not stored: station is a "
-             "non-leaf and nobody called retain_grad(). Its .grad is None.",
-             "nonleaf_grad_stored"),
-        Item("x.grad", "the chain rule goes on through station: d loss / d x = 2 * station * 2 "
-             "= 8 * x, stored on the sorting centre.", None),
+        Item("station.grad", "The gradient passed the probe but is not stored: `station` is a "
+             "transit station and nobody called `retain_grad()`. Its `.grad` is `None`.",
+             _stored_myth),
+        Item("x.grad", "The chain rule goes on through `station`: d loss / d x = "
+             "2 * station * 2 = 8 * x, stored on the sorting centre.", None),
     ]
 
     def facts(self, ns):
@@ -110,18 +147,15 @@ w.register_post_accumulate_grad_hook(lambda p: after.append(p.grad.tolist()))
 """
 
 
-def _same_as(key: str, myth: str):
-    """The wrong answer is what another item holds (e.g. the accumulated log)."""
-
-    def choose(given: Any, expected: Any) -> str | None:
-        facts = Q2LeafProbes().scenario()
-        return myth if values_equal(given, facts[key]) else None
-
-    return choose
+def _log_of(name: str, myth: str):
+    """The wrong answer is the other probe's log: the learner swapped what the two see."""
+    return lambda given, expected: myth if values_equal(_values(given),
+                                                        _namespace("q2")[name]) else None
 
 
-def _not_accumulated(given: Any, expected: Any) -> str | None:
-    return "grad_accumulates_not" if values_equal(given, [2.0, 4.0]) else None
+def _last_report(given: Any, expected: Any) -> str | None:
+    second = _namespace("q2")["probe"][-1]  # the second pass's own report, not the total
+    return "grad_accumulates_not" if values_equal(_values(given), second) else None
 
 
 @lesson.register
@@ -130,13 +164,13 @@ class Q2LeafProbes(Predict):
     title = "A probe at a sorting centre, and the one after the desk"
     code = LEAF_PROBES
     items = [
-        Item("probe", "register_hook on a leaf fires *before* the gradient is added into .grad: "
-             "it sees each pass's own gradient, [3, 3] and then 2 * w = [2, 4].",
-             _same_as("after", "leaf_hook_sees_accumulated")),
-        Item("after", "a post-accumulate-grad hook fires *after* AccumulateGrad: p.grad is the "
-             "running total, [3, 3] and then [3 + 2, 3 + 4].",
-             _same_as("probe", "post_hook_sees_pass")),
-        Item("w.grad", "backward adds into .grad: [3, 3] + [2, 4].", _not_accumulated),
+        Item("probe", "`register_hook` on a leaf fires *before* the report is added into "
+             "`.grad`: it sees each pass's own gradient, [3, 3] and then 2 * w = [2, 4].",
+             _log_of("after", "leaf_hook_sees_accumulated")),
+        Item("after", "A post-accumulate-grad hook fires *after* `AccumulateGrad`: `p.grad` is "
+             "the running total, [3, 3] and then [3 + 2, 3 + 4].",
+             _log_of("probe", "post_hook_sees_pass")),
+        Item("w.grad", "Backward adds into `.grad`: [3, 3] + [2, 4].", _last_report),
     ]
 
     def facts(self, ns):
@@ -153,7 +187,7 @@ station.register_hook(lambda g: g.clamp(-1.0, 1.0))         # a probe that clips
 (station * torch.tensor([5.0, 0.5, -4.0])).sum().backward()
 """
 
-RAW = [5.0, 0.5, -4.0]  # the unclipped gradient at the station, for naming the misconception
+RAW = [5.0, 0.5, -4.0]  # the unclipped gradient at the station: what the two beliefs predict
 
 
 @lesson.register
@@ -162,12 +196,14 @@ class Q3ClippingProbe(Predict):
     title = "A probe that changes what passes"
     code = CLIPPING_PROBE
     items = [
-        Item("x.grad", "a hook that *returns* a tensor replaces the gradient for everything "
-             "upstream: x receives the clipped [1, 0.5, -1], not [5, 0.5, -4].",
-             _myth_if(lambda e: RAW, "hook_return_ignored")),
-        Item("station.grad", "retain_grad()'s monitor always reads last, after every tensor "
+        Item("x.grad", "A hook that *returns* a tensor replaces the gradient for everything "
+             "upstream: `x` receives the clipped [1, 0.5, -1], not [5, 0.5, -4].",
+             lambda given, expected: "hook_return_ignored" if values_equal(given, RAW)
+             else None),
+        Item("station.grad", "The `retain_grad()` monitor always reads last, after every tensor "
              "hook, whatever the order they were installed in: it keeps the clipped gradient.",
-             _myth_if(lambda e: RAW, "retain_grad_sees_raw")),
+             lambda given, expected: "retain_grad_sees_raw" if values_equal(given, RAW)
+             else None),
     ]
 
     def facts(self, ns):
@@ -194,15 +230,14 @@ post_on_weight = try_register(weight.register_post_accumulate_grad_hook)
 """
 
 
-def _err_myth(raises_myth: str, silent_myth: str | None = None):
-    def choose(given: Any, expected: Any) -> str | None:
-        if expected is not None and given is None:
-            return raises_myth
-        if expected is None and given is not None:
-            return silent_myth
-        return None
+def _if_accepted(myth: str):
+    """Torch refuses this probe: ``myth`` when the learner said it is accepted."""
+    return lambda given, expected: myth if given is None else None
 
-    return choose
+
+def _if_refused(myth: str | None):
+    """Torch accepts this probe: ``myth`` when the learner said it raises."""
+    return lambda given, expected: myth if _raises(given) else None
 
 
 @lesson.register
@@ -211,15 +246,18 @@ class Q4WhereProbesGo(Predict):
     title = "Where a probe can be installed"
     code = WHERE_PROBES_GO
     items = [
-        Item("hook_on_data", "no gradient will ever pass a tensor that does not require grad, so "
-             "torch refuses the probe with a RuntimeError (\"cannot register a hook on a tensor "
-             "that doesn't require gradient\").", _err_myth("hook_on_constant")),
-        Item("hook_on_station", "a transit station is exactly where register_hook is most "
-             "useful: no error.", _err_myth("hook_on_constant", "hook_on_constant")),
-        Item("post_on_station", "only a leaf has a .grad to accumulate into; a post-accumulate "
-             "hook on a non-leaf raises RuntimeError.", _err_myth("post_hook_on_nonleaf")),
-        Item("post_on_weight", "a parameter is a leaf that requires grad: the post-accumulate "
-             "hook is accepted.", _err_myth("post_hook_on_nonleaf", "post_hook_on_nonleaf")),
+        Item("hook_on_data", "No gradient will ever pass an ordinary parcel (a tensor that does "
+             "not require grad), so torch refuses the probe with a `RuntimeError` (\"cannot "
+             "register a hook on a tensor that doesn't require gradient\").",
+             _if_accepted("hook_on_constant")),
+        Item("hook_on_station", "A transit station requires grad, and backward computes its "
+             "gradient on the way back: `register_hook` is accepted there, and is the way to see "
+             "that gradient.", _if_refused("hook_only_on_leaves")),
+        Item("post_on_station", "Only a leaf has a `.grad` desk to accumulate into; a "
+             "post-accumulate hook on a transit station raises `RuntimeError`.",
+             _if_accepted("post_hook_on_nonleaf")),
+        Item("post_on_weight", "A parameter is a leaf that requires grad (a sorting centre with "
+             "a `.grad` desk): the post-accumulate hook is accepted.", _if_refused(None)),
     ]
 
     def facts(self, ns):
@@ -253,12 +291,20 @@ def _order_myth(given: Any, expected: Any) -> str | None:
     return None
 
 
-def _shape_myth(given: Any, expected: Any) -> str | None:
-    if expected is None and given is not None:
-        return "constant_gets_grad"  # the data batch would need requires_grad for a gradient
-    if isinstance(given, list | tuple) and given != expected:
-        return "grad_input_is_param_grad"
-    return None
+def _shape_myth(layer: int):
+    """grad_input[0]'s shape: a parameter's shape reveals one belief, the data batch's another."""
+
+    def choose(given: Any, expected: Any) -> str | None:
+        ns = _namespace("q5")
+        shape = _values(given)
+        params = [list(p.shape) for p in ns["model"][layer].parameters()]
+        if shape in params:
+            return "grad_input_is_param_grad"
+        if expected is None and shape == list(ns["batch"].shape):
+            return "constant_gets_grad"  # the data batch would need requires_grad for that
+        return None
+
+    return choose
 
 
 @lesson.register
@@ -267,14 +313,14 @@ class Q5ModuleProbes(Predict):
     title = "Probes on every layer"
     code = MODULE_PROBES
     items = [
-        Item("order", "backward walks from the output back to the input, so the last layer's "
-             "backward hook fires first.", _order_myth),
-        Item("grad_in['last']", "grad_input holds the gradient with respect to the layer's "
-             "*input*, the Tanh output: one row per example, [5, 3]. The weight's gradient "
-             "([1, 3]) is in .grad, not here.", _shape_myth),
-        Item("grad_in['first']", "the first layer's input is the data batch, which does not "
-             "require grad: its gradient is never computed and grad_input[0] is None.",
-             _shape_myth),
+        Item("order", "Backward walks from the final delivery back to the input, so the last "
+             "layer's backward hook fires first.", _order_myth),
+        Item("grad_in['last']", "`grad_input` holds the gradient with respect to the layer's "
+             "*input*, the `Tanh` output: one row per example, [5, 3]. The weight's gradient "
+             "([1, 3]) is in `.grad`, not here.", _shape_myth(2)),
+        Item("grad_in['first']", "The first layer's input is the data batch, an ordinary parcel "
+             "that does not require grad: its gradient is never computed and `grad_input[0]` is "
+             "`None`.", _shape_myth(0)),
     ]
 
     def facts(self, ns):
@@ -314,30 +360,34 @@ retain = kept_bytes(monitor)
 """
 
 
-def _cost_myth(given: Any, expected: Any) -> str | None:
-    if not isinstance(given, int | float) or isinstance(given, bool):
+def _number(given: Any) -> bool:
+    return isinstance(given, int | float) and not isinstance(given, bool)
+
+
+def _noop_myth(given: Any, expected: Any) -> str | None:
+    return "hook_costs_most" if _number(given) and given > expected else None
+
+
+def _clone_myth(given: Any, expected: Any) -> str | None:
+    if not _number(given):
         return None
-    if expected == 0 and given > 0:
-        return "hook_costs_most"
-    if expected > 0 and given == 0:
+    if given == 0:
         return "hook_is_free_when_storing"
-    if expected > 0 and given > expected:
-        return "hook_costs_most"
-    return None
+    return "hook_costs_most" if given > expected else None
 
 
 @lesson.register
 class Q6ProbeCost(Predict):
     qid = "q6"
-    title = "What a probe costs (seed 000's table, measured)"
+    title = "What a probe costs (the parcel-sorting article's table, measured)"
     code = PROBE_COST
     items = [
-        Item("noop", "a hook that keeps nothing costs nothing: the gradient passes and is freed "
-             "as usual.", _cost_myth),
-        Item("clone", "each stored clone is a tensor shaped like the station: 64 * 32 numbers "
-             "* 4 bytes.", _cost_myth),
-        Item("retain", "retain_grad() keeps one .grad shaped like the station: the same bytes "
-             "as the cloning probe.", _cost_myth),
+        Item("noop", "A hook that keeps nothing costs nothing: the gradient passes and is freed "
+             "as usual.", _noop_myth),
+        Item("clone", "Each stored clone is a tensor shaped like the station: 64 * 32 = 2048 "
+             "numbers of 4 bytes each (float32).", _clone_myth),
+        Item("retain", "`retain_grad()` keeps one `.grad` shaped like the station: the same "
+             "bytes as the cloning probe, no more.", None),
     ]
 
     def facts(self, ns):
@@ -346,44 +396,114 @@ class Q6ProbeCost(Predict):
 
 # --------------------------------------------------------------------------- Q7 clip probe
 
-CLIP_CASES = {
-    "visible": {
-        "station": ([1.0, -2.0, 3.0, 0.5], [5.0, 0.5, -4.0, -0.2], 1.0),
-        "leaf": ([1.0, 2.0, 3.0], [0.2, -3.0, 1.5], 0.5),
-        "handle": ([1.0, -2.0, 3.0], [5.0, 0.5, -4.0], 1.0),
-    },
-    "hidden": {
-        "station": ([[0.5, -1.0], [2.0, 0.0]], [[3.0, -0.1], [-0.3, -7.0]], 0.25),
-        "leaf": ([-1.0, 0.5], [4.0, -0.05], 2.0),
-        "handle": ([0.5, 0.25], [-9.0, 9.0], 0.1),
-    },
+CLIP_CASES = {  # part -> cases (values, weights, limit); the hidden tests add the second ones
+    "station": [([1.0, -2.0, 3.0, 0.5], [5.0, 0.5, -4.0, -0.2], 1.0),
+                ([[0.5, -1.0], [2.0, 0.0]], [[3.0, -0.1], [-0.3, -7.0]], 0.25)],
+    "leaf": [([1.0, 2.0, 3.0], [0.2, -3.0, 1.5], 0.5),
+             ([-1.0, 0.5], [4.0, -0.05], 2.0)],
+    "handle": [([1.0, -2.0, 3.0], [5.0, 0.5, -4.0], 1.0),
+               ([0.5, 0.25], [-9.0, 9.0], 0.1)],
+}
+
+CLIP_TEXT = {
+    "station": "at a transit station, the gradient reaching the leaf is clipped",
+    "leaf": "at a sorting centre, each pass's report is clipped before it is added to `.grad` "
+            "(two backward passes, the second from `target.sum() * 3`)",
+    "handle": "the returned handle takes the probe off: after `handle.remove()` nothing is "
+              "clipped",
 }
 
 
-def _clip_run(fn: LearnerFunction | None, values, weights, limit, case: str):
-    """Run one clipping case; ``fn=None`` is the reference (torch's own clamp hook)."""
+@dataclass
+class _Clipped:
+    """What one clipping case did: the leaf's .grad, and what the learner's probe did."""
+
+    grad: Any
+    edited_in_place: bool = False
+    probes: int = 0
+    handle: str | None = None  # the type of what was returned, when it is not a handle
+
+
+def _clip_run(fn: LearnerFunction | None, values, weights, limit, case: str,
+              on_total: bool = False) -> _Clipped:
+    """Run one clipping case. ``fn=None`` is torch's own clamp probe (the reference);
+    ``on_total`` clips the accumulated ``.grad`` instead (what a desk probe would do)."""
     import torch
 
     leaf = torch.tensor(values, requires_grad=True)
     target = leaf if case == "leaf" else leaf * 2
+    out = _Clipped(None)
+    passing = []  # a witness probe before the learner's: was the passing gradient edited?
     if fn is None:
-        handle = target.register_hook(lambda g: g.clamp(-limit, limit))
+        if on_total:
+            def clip_total(p):
+                p.grad.clamp_(-limit, limit)  # returns None: a desk probe must
+
+            handle = leaf.register_post_accumulate_grad_hook(clip_total)
+        else:
+            handle = target.register_hook(lambda g: g.clamp(-limit, limit))
     else:
+        target.register_hook(lambda g: passing.append((g, tf.version(g))))
         handle = run_learner(fn, target, limit).result
-    if case == "handle":
-        handle.remove()
-    (target * torch.tensor(weights)).sum().backward()
-    if case == "leaf":  # a second report: its gradient is one number expanded to every entry
-        (target.sum() * 3.0).backward()
-    return tf.grad_values(leaf)
+        out.probes = len(target._backward_hooks or {}) - 1 + \
+            len(getattr(target, "_post_accumulate_grad_hooks", None) or {})
+    try:
+        if case == "handle":
+            if callable(getattr(handle, "remove", None)):
+                handle.remove()
+            else:
+                out.handle = type(handle).__name__
+        (target * torch.tensor(weights)).sum().backward()
+        if case == "leaf":  # a second report: one number expanded to every entry
+            (target.sum() * 3.0).backward()
+    except LearnerCodeError:
+        raise
+    except Exception as exc:  # raised by the learner's probe during backward
+        raise LearnerCodeError(f"{type(exc).__name__}: {str(exc).splitlines()[0]} (in "
+                               "backward, from your probe)", type(exc).__name__) from None
+    out.grad = tf.grad_values(leaf)
+    out.edited_in_place = any(tf.version(g) != v for g, v in passing)
+    return out
 
 
-CLIP_TEXT = {
-    "station": "at a transit station, the gradient reaching the leaf is clipped",
-    "leaf": "at a sorting centre, each pass's gradient is clipped before it is added to .grad "
-            "(two backward passes, the second from target.sum() * 3)",
-    "handle": "the returned handle removes the probe: after handle.remove() nothing is clipped",
-}
+def _edited_in_place(exc: LearnerCodeError) -> str | None:
+    text = exc.summary.replace("-", "")
+    return "hook_inplace_edit" if "memory location" in text or "inplace" in text else None
+
+
+def _clip_requirement(part: str, values, weights, limit) -> Requirement:
+    want = _clip_run(None, values, weights, limit, part).grad
+    unclipped = _clip_run(None, values, weights, float("inf"), part).grad
+    on_total = _clip_run(None, values, weights, limit, part, on_total=True).grad
+    kept_on = _clip_run(None, values, weights, limit, "station").grad if part == "handle" else None
+
+    def test(r: _Clipped):
+        if r.handle is not None:
+            given = "None" if r.handle == "NoneType" else f"a {r.handle}"
+            return False, (f"your function returned `{given}`, not the handle: return what "
+                           "`register_hook` gives you")
+        if r.edited_in_place:
+            return (False, "your probe edited the passing gradient in place (its version "
+                           "counter moved): return a new tensor instead", "hook_inplace_edit")
+        if values_equal(r.grad, want):
+            return True, ""
+        got = (f"the leaf's `.grad` is {_rounded(r.grad)}; "
+               + (f"with the probe taken off it is {_rounded(want)}" if part == "handle" else
+                  f"torch's clamp probe gives {_rounded(want)}"))
+        if part == "handle" and values_equal(r.grad, kept_on):
+            return False, (f"{got}: the probe was still on the line after `handle.remove()` "
+                           "(is the handle you return the one of the clipping probe?)")
+        if values_equal(r.grad, unclipped):
+            if r.probes <= 0:
+                return False, f"{got}: your function installed no probe on `t`"
+            return (False, f"nothing was clipped: {got}. A probe changes what passes only by "
+                           "*returning* the new tensor", "hook_return_ignored")
+        if part == "leaf" and values_equal(r.grad, on_total):
+            return False, (f"{got}: your probe clipped the running total in `.grad`, not each "
+                           "pass's report before it was added")
+        return False, got
+
+    return Requirement(f"{CLIP_TEXT[part]} (limit {limit})", test, part=part)
 
 
 @lesson.register
@@ -394,61 +514,26 @@ class Q7ClipProbe(WriteCode):
     part_names = ["station", "leaf", "handle"]
 
     def grade_code(self, fn, part, variant):
-        cases = CLIP_CASES["hidden" if variant == "hidden" else "visible"]
-        findings, right = [], 0
-        names = [p for p in self.part_names if part is None or p == part]
-        for name in names:
-            values, weights, limit = cases[name]
-            want = _clip_run(None, values, weights, limit, name)
-            unclipped = _clip_run(None, values, weights, float("inf"), name)
-            try:
-                got = _clip_run(fn, values, weights, limit, name)
-            except LearnerCodeError as exc:
-                findings.append(Finding(False, f"{CLIP_TEXT[name]} -- your function raised "
-                                               f"{exc.summary}", part=name))
+        verdicts = []
+        for name in self.part_names:
+            if part not in (None, name):
                 continue
-            except Exception as exc:  # raised by the learner's hook during backward
-                text = f"{CLIP_TEXT[name]} -- no, it failed: {type(exc).__name__}: " \
-                       f"{str(exc).splitlines()[0] if str(exc) else ''}"
-                myth = None
-                if "memory location" in str(exc) or "inplace" in str(exc).replace("-", ""):
-                    myth = "hook_inplace_edit"
-                    text += f" [Misconception: {myth_text(myth)}.]"
-                elif name == "handle" and isinstance(exc, AttributeError):
-                    text += " (return the handle that register_hook gives you)"
-                findings.append(Finding(False, text, misconception=myth, part=name))
-                continue
-            if values_equal(got, want):
-                right += 1
-                findings.append(Finding(True, f"{CLIP_TEXT[name]} -- yes.", part=name))
-                continue
-            text = f"{CLIP_TEXT[name]} -- no: the leaf's .grad is {got}, torch's clamp hook gives " \
-                   f"{want}."
-            myth = None
-            if name != "handle" and values_equal(got, unclipped):
-                myth = "hook_return_ignored"
-                text += " Nothing was clipped: does your hook *return* the clipped gradient?"
-            elif name == "leaf":
-                text += " Clip the gradient of each pass (register_hook), not the accumulated " \
-                        ".grad."
-                myth = "leaf_hook_sees_accumulated"
-            if myth:
-                text += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, text, misconception=myth, part=name))
-        return Verdict(self.qid, findings)
+            cases = CLIP_CASES[name] if variant == "hidden" else CLIP_CASES[name][:1]
+            for values, weights, limit in cases:
+                verdicts.append(score(
+                    self.qid, [_clip_requirement(name, values, weights, limit)],
+                    lambda v=values, w=weights, lim=limit, n=name: _clip_run(fn, v, w, lim, n),
+                    name, on_error=_edited_in_place))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- Q8 layer norms
 
 NORM_MODELS = {
-    "visible": {
-        "mlp": ("nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), "
-                "nn.Linear(8, 2))", (16, 4)),
-    },
-    "hidden": {
-        "nested": ("nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Sequential(nn.Linear(5, 5), "
-                   "nn.Sigmoid()), nn.Linear(5, 3))", (7, 6)),
-    },
+    "mlp": ("nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), "
+            "nn.Linear(8, 2))", (16, 4)),
+    "nested": ("nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Sequential(nn.Linear(5, 5), "
+               "nn.Sigmoid()), nn.Linear(5, 3))", (7, 6)),  # hidden tests only
 }
 
 
@@ -460,24 +545,37 @@ def _build(spec: str, shape, seed: int = 0):
     return model, torch.randn(*shape)
 
 
-def _reference_norms(spec: str, shape) -> dict[str, float]:
-    """Norm of d model(x).sum() / d output, for every nn.Linear, by retain_grad()."""
+def _reference_norms(spec: str, shape) -> dict[str, dict[str, float | None]]:
+    """For every nn.Linear: the norm of d model(x).sum() / d output (by retain_grad()), and the
+    norms a probe on the wrong tensor would report (its input, its weight)."""
     import torch
 
     model, x = _build(spec, shape)
-    outputs = {}
+    outputs, inputs = {}, {}
 
     def keep(name):
         def hook(module, args, output):
             output.retain_grad()
             outputs[name] = output
+            if args[0].requires_grad:
+                args[0].retain_grad()
+            inputs[name] = args[0]
         return hook
 
-    for name, m in model.named_modules():
-        if isinstance(m, torch.nn.Linear):
-            m.register_forward_hook(keep(name))
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    for name, m in linears.items():
+        m.register_forward_hook(keep(name))
     model(x).sum().backward()
-    return {name: float(torch.linalg.vector_norm(out.grad)) for name, out in outputs.items()}
+
+    def norm(t):
+        g = None if t is None else t.grad
+        return None if g is None else float(torch.linalg.vector_norm(g))
+
+    return {
+        "output": {n: norm(o) for n, o in outputs.items()},
+        "input": {n: norm(i) for n, i in inputs.items()},
+        "weight": {n: float(torch.linalg.vector_norm(m.weight.grad)) for n, m in linears.items()},
+    }
 
 
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -488,8 +586,95 @@ def _leftover_hooks(model) -> list[str]:
     for name, m in model.named_modules():
         for attr in HOOK_DICTS:
             if len(getattr(m, attr, {}) or {}):
-                left.append(f"{name or 'model'}.{attr}")
+                left.append(f"`{name or 'model'}` ({attr.strip('_').replace('_', ' ')})")
+        for pname, p in m.named_parameters(recurse=False):
+            if len(p._backward_hooks or {}) or len(getattr(p, "_post_accumulate_grad_hooks",
+                                                           None) or {}):
+                left.append(f"`{name + '.' if name else ''}{pname}` (tensor hook)")
     return left
+
+
+@dataclass
+class _Monitored:
+    """The learner's result, and how often the model ran forward while their function ran."""
+
+    result: Any
+    forwards: int
+
+
+def _monitor_run(fn: LearnerFunction, model, x) -> _Monitored:
+    import torch
+
+    count = [0]
+
+    def counter(module, args, output):
+        if module is model:
+            count[0] += 1
+
+    handle = torch.nn.modules.module.register_module_forward_hook(counter)
+    try:
+        result = run_learner(fn, model, x).result
+    except LearnerCodeError as exc:
+        if "'NoneType' object has no attribute" in exc.summary and _uses(fn, "grad_input"):
+            raise LearnerCodeError(
+                f"{exc.summary}. `grad_input[0]` is `None` at the first layer, whose input is the "
+                "data batch (an ordinary parcel); the gradient at a layer's output is "
+                "`grad_output[0]`", exc.exc_type) from None
+        raise
+    finally:
+        handle.remove()
+    return _Monitored(result, count[0])
+
+
+def _norm_requirements(label: str, model, want) -> list[Requirement]:
+    out = want["output"]
+
+    def norms(r: _Monitored):
+        res = r.result
+        if not isinstance(res, dict):
+            return False, f"return a dict {{layer name: norm}}, not {type(res).__name__}"
+        got = {str(k): _values(v) for k, v in res.items()}
+        missing = sorted(set(out) - set(got))
+        if (not got or missing) and r.forwards > 1:
+            return (False, f"your probes saw nothing of the backward pass (missing "
+                           f"{', '.join(f'`{k}`' for k in missing)}): the model ran forward "
+                           f"{r.forwards} times, and tensor probes installed on the outputs of "
+                           "one pass never see the next pass's outputs", "monitor_watches_layer")
+        if set(got) != set(out):
+            top = {k for k in out if "." not in k}
+            hint = (": `named_children()` lists only the top level; `named_modules()` names the "
+                    "nested layers too" if set(got) == top else "")
+            return False, (f"expected one entry per `nn.Linear`, named as in "
+                           f"`model.named_modules()`: {sorted(out)}; got {sorted(got)}{hint}")
+
+        def same(ref):
+            return all(ref[k] is not None and values_equal(got[k], ref[k], 1e-4) for k in out)
+
+        if same(out):
+            return True, ""
+        if same(want["weight"]):
+            return (False, "these are the norms of each layer's `weight.grad`: a probe on the "
+                           "weight sees the weight's gradient, not the one at the layer's output",
+                    "monitor_watches_layer")
+        inputs = {k: v for k, v in want["input"].items() if v is not None}
+        if inputs and all(values_equal(got[k], v, 1e-4) for k, v in inputs.items()):
+            return False, ("these are the norms at each layer's *input* (`grad_input[0]`); the "
+                           "output's gradient is `grad_output[0]`")
+        shown = ", ".join(f"`{k}`: yours {got[k]!r}, torch {out[k]:.6g}" for k in out
+                          if not values_equal(got[k], out[k], 1e-4))
+        return False, (f"wrong norms ({shown}). Use the gradient of `model(x).sum()` with "
+                       "respect to each layer's *output* (`grad_output[0]`), and its norm over "
+                       "all entries")
+
+    def cleanup(_r):
+        left = _leftover_hooks(model)
+        return (not left, f"probes left installed on {', '.join(left)}: remove every handle "
+                          "before returning", "hooks_pile_up")
+
+    return [
+        Requirement(f"model `{label}`: every layer's output-gradient norm", norms, part="norms"),
+        Requirement(f"model `{label}`: no probe left installed", cleanup, part="cleanup"),
+    ]
 
 
 @lesson.register
@@ -500,77 +685,44 @@ class Q8LayerNorms(WriteCode):
     part_names = ["norms", "cleanup"]
 
     def grade_code(self, fn, part, variant):
-        models = dict(NORM_MODELS["visible"])
-        if variant == "hidden":
-            models.update(NORM_MODELS["hidden"])
-        findings, right, total = [], 0, 0
-        for label, (spec, shape) in models.items():
+        labels = ["mlp", "nested"] if variant == "hidden" else ["mlp"]
+        verdicts = []
+        for label in labels:
+            spec, shape = NORM_MODELS[label]
             want = _reference_norms(spec, shape)
             model, x = _build(spec, shape)
-            try:
-                run = run_learner(fn, model, x)
-            except LearnerCodeError as exc:
-                for p in self.part_names:
-                    if part in (None, p):
-                        total += 1
-                        findings.append(Finding(False, f"model `{label}`: your function raised "
-                                                       f"{exc.summary}", part=p))
-                continue
-            if part in (None, "norms"):
-                total += 1
-                ok, text = self._norms(run, want, label)
-                right += ok
-                findings.append(Finding(ok, text, part="norms"))
-            if part in (None, "cleanup"):
-                total += 1
-                left = _leftover_hooks(model)
-                if left:
-                    myth = "hooks_pile_up"
-                    findings.append(Finding(False, f"model `{label}`: probes left installed on "
-                                                   f"{', '.join(left)}: remove every handle "
-                                                   f"before returning. [Misconception: "
-                                                   f"{myth_text(myth)}.]", part="cleanup",
-                                            misconception=myth))
-                else:
-                    right += 1
-                    findings.append(Finding(True, f"model `{label}`: no probe left installed "
-                                                  "-- yes.", part="cleanup"))
-        return Verdict(self.qid, findings)
-
-    @staticmethod
-    def _norms(run: CodeRun, want: dict[str, float], label: str) -> tuple[bool, str]:
-        res = run.result
-        if not isinstance(res, dict):
-            return False, f"model `{label}`: return a dict {{layer name: norm}}, got " \
-                          f"{type(res).__name__}."
-        got = {}
-        for k, v in res.items():
-            if tf.is_tensor(v):
-                v = tf._tolist(v)
-            got[k] = v
-        if set(got) != set(want):
-            return False, (f"model `{label}`: expected one entry per nn.Linear, named as in "
-                           f"model.named_modules(): {sorted(want)}; got {sorted(map(str, got))}.")
-        bad = [k for k in want if not values_equal(got[k], want[k], 1e-4)]
-        if bad:
-            shown = ", ".join(f"{k}: yours {got[k]!r}, torch {want[k]:.6g}" for k in bad)
-            return False, (f"model `{label}`: wrong norms ({shown}). Use the gradient with "
-                           "respect to each layer's *output* (grad_output[0]) of "
-                           "model(x).sum(), and its norm over all entries.")
-        return True, f"model `{label}`: every layer's output-gradient norm is right -- yes."
+            verdicts.append(score(self.qid, _norm_requirements(label, model, want),
+                                  lambda m=model, x=x: _monitor_run(fn, m, x), part))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- Q9 aliased log
 
-def _reference_history(steps: int) -> list:
+def _reference_history(steps: int) -> tuple[list, list]:
+    """The running .grad after each micro-batch, and each micro-batch's own report."""
     import torch
 
     w = torch.tensor([1.0, -1.0], requires_grad=True)
-    history = []
+    history, reports = [], []
     w.register_post_accumulate_grad_hook(lambda p: history.append(tf._tolist(p.grad)))
+    w.register_hook(lambda g: reports.append(tf._tolist(g)))
     for step in range(steps):
         (w * torch.tensor([float(step + 1), 2.0])).sum().backward()
-    return history
+    return history, reports
+
+
+def _count(steps: int, one: str, many: str, piled: str | None = None) -> Requirement:
+    def test(run: CodeRun):
+        res = run.result
+        n = len(res) if isinstance(res, list | tuple) else None
+        detail = f"expected {steps} entries, got {n if n is not None else 'a ' + type(res).__name__}"
+        if piled and n == steps * (steps + 1) // 2 and n != steps:
+            return False, f"{detail} = 1 + 2 + ... + {steps}: step k ran k probes", piled
+        if n == 0:
+            detail += ": no probe saw a backward pass (was it removed before `backward()`?)"
+        return n == steps, detail
+
+    return Requirement(f"one entry per {one} ({steps} {many})", test)
 
 
 @lesson.register
@@ -578,29 +730,41 @@ class Q9AliasedLog(WriteCode):
     qid = "q9"
     title = "Find the bug: the log that repeats itself"
     function_name = "grad_history"
+    starter = '''\
+def grad_history(steps):
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    history = []
+    w.register_post_accumulate_grad_hook(lambda p: history.append(p.grad))
+    for step in range(steps):
+        batch = torch.tensor([float(step + 1), 2.0])
+        (w * batch).sum().backward()          # no zero_grad(): micro-batch reports add up
+    return history
+'''
 
     def grade_code(self, fn, part, variant):
         steps = 4 if variant == "hidden" else 3
-        want = _reference_history(steps)
-
-        def count(run: CodeRun):
-            res = run.result
-            n = len(res) if isinstance(res, list | tuple) else None
-            return n == steps, f"expected {steps} entries, got {n if n is not None else res!r}"
+        want, reports = _reference_history(steps)
 
         def entries(run: CodeRun):
+            if not isinstance(run.result, list | tuple):
+                return False, f"your function returned a {type(run.result).__name__}, not a list"
             got = _values(list(run.result))
             if values_equal(got, want):
                 return True, ""
             if values_equal(got, [want[-1]] * steps):
-                return False, (f"every entry equals the last running total {want[-1]}: each one "
-                               "is the same .grad tensor, updated in place by the next backward")
+                return (False, f"every entry equals the last running total {want[-1]}: each one "
+                               "is the same `.grad` tensor, updated in place by the next backward",
+                        "detach_copies" if _uses(fn, "detach") and not _uses(fn, "clone")
+                        else "grad_log_aliases")
+            if values_equal(got, reports):
+                return (False, f"the entries are each micro-batch's own report {reports}, not the "
+                               "running total in `.grad`",
+                        "leaf_hook_sees_accumulated" if _uses(fn, "register_hook") else None)
             return False, f"expected {want}, got {got}"
 
         return self.run_and_require(fn, [
-            Requirement(f"one entry per micro-batch ({steps} micro-batches)", count),
-            Requirement("entry k is the running .grad after micro-batch k", entries,
-                        "grad_log_aliases"),
+            _count(steps, "micro-batch", "micro-batches"),
+            Requirement("entry k is the running `.grad` after micro-batch k", entries),
         ], part, args=(steps,))
 
 
@@ -627,27 +791,42 @@ class Q10PiledProbes(WriteCode):
     qid = "q10"
     title = "Find the bug: probes that pile up"
     function_name = "train_with_log"
+    starter = '''\
+def train_with_log(steps):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    log = []
+    for step in range(steps):
+        model.weight.register_hook(lambda g: log.append(g.norm().item()))
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return log
+'''
 
     def grade_code(self, fn, part, variant):
         steps = 5 if variant == "hidden" else 3
         want = _reference_training(steps)
 
-        def count(run: CodeRun):
-            res = run.result
-            n = len(res) if isinstance(res, list | tuple) else None
-            detail = f"expected {steps} entries, got {n if n is not None else res!r}"
-            if n == steps * (steps + 1) // 2:
-                detail += f" = 1 + 2 + ... + {steps}: step k ran k probes"
-            return n == steps, detail
-
         def values(run: CodeRun):
+            if not isinstance(run.result, list | tuple):
+                return False, f"your function returned a {type(run.result).__name__}, not a list"
             got = _values(list(run.result))
-            return values_equal(got, want, 1e-4), \
-                f"expected the weight's gradient norm at each step, {want}, got {got}"
+            if values_equal(got, want, 1e-4):
+                return True, ""
+            detail = f"the reference run logs {_rounded(want)}, yours {_rounded(got)}"
+            if isinstance(got, list) and len(got) == steps:
+                first = next(k for k in range(steps) if not values_equal(got[k], want[k], 1e-4))
+                detail += (f": from step {first + 1} on the training itself differs (keep the "
+                           "loop as it is given, `opt.zero_grad()` included)" if first else
+                           ": already at step 1 the logged number is not the weight's gradient "
+                           "norm")
+            return False, detail
 
         return self.run_and_require(fn, [
-            Requirement(f"one log entry per training step ({steps} steps)", count,
-                        "hooks_pile_up"),
-            Requirement("entry k is the norm of the weight's gradient at step k", values,
-                        "hooks_pile_up"),
+            _count(steps, "training step", "steps", piled="hooks_pile_up"),
+            Requirement("entry k is the norm of the weight's gradient at step k", values),
         ], part, args=(steps,))
