@@ -150,7 +150,9 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
     if ax is None:
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(8, 3.6), layout="constrained")
+        from course.draw import COLUMN_WIDTH
+
+        fig = Figure(figsize=(min(8.0, COLUMN_WIDTH), 4.2), layout="constrained")
         ax = fig.subplots()
     else:
         fig = ax.figure
@@ -167,7 +169,7 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
                 rect.set_hatch("//")
                 ax.annotate("None" if v is None else "0", (rect.get_x() + rect.get_width() / 2,
                             floor), xytext=(0, 3), textcoords="offset points", ha="center",
-                            fontsize=8)
+                            fontsize=10)
         seen = {}
         for v, colour, label in bars:
             name = label if v else f"{label} ({'None' if v is None else '0'})"
@@ -187,5 +189,5 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{ylabel} (log)")
     ax.set_title(title)
-    ax.legend(handles=handles, fontsize=8)
+    ax.legend(handles=handles, fontsize=10)
     return fig

@@ -379,10 +379,11 @@ class Report:
         """
         from matplotlib.patches import Patch
 
+        from course.draw import COLUMN_WIDTH, FONT
+
         layers = self.layers()
-        if ax is None:
-            width = min(13.0, max(6.5, 0.32 * len(layers) + 4.5))
-            fig = _figure_class()(figsize=(width, 3.8), layout="constrained")
+        if ax is None:  # the notebook column's width, like every drawing of the course
+            fig = _figure_class()(figsize=(COLUMN_WIDTH, 4.6), layout="constrained")
             ax = fig.subplots()
         else:
             fig = ax.figure
@@ -402,7 +403,7 @@ class Report:
                 bar.set_facecolor("white")
                 ax.annotate("None" if n is None else "0", (bar.get_x() + bar.get_width() / 2,
                             floor), xytext=(0, 3), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=8)
+                            ha="center", va="bottom", fontsize=FONT - 1)
             else:
                 statuses = drawn.setdefault(_COLOURS.get(status, _OTHER_COLOUR), [])
                 if status not in statuses:
@@ -417,12 +418,16 @@ class Report:
             ticks = [f"{k}\n{name}" for k, name in zip(numbers, names, strict=True)]
         else:  # Sequential indices (0, 2, 4 ...) would contradict the 1..N count
             ticks = [str(k) for k in numbers]
-        ax.set_xticks(list(numbers), ticks, fontsize=8 if len(layers) <= 30 else 6)
+        every = max(1, math.ceil(len(layers) / 30))  # body-size numbers that do not collide
+        ax.set_xticks(list(numbers), [t if (k - 1) % every == 0 else ""
+                                      for k, t in zip(numbers, ticks, strict=True)],
+                      fontsize=FONT)
+        ax.tick_params(axis="y", labelsize=FONT)
         ax.set_xlim(0.4, len(layers) + 0.6)
         ax.set_xlabel("layer (modules with trainable parameters, 1 = first in the model)",
-                      fontsize=9)
-        ax.set_ylabel("gradient norm (log scale)", fontsize=9)
-        ax.set_title("Gradient norm per layer", fontsize=10)
+                      fontsize=FONT)
+        ax.set_ylabel("gradient norm (log scale)", fontsize=FONT)
+        ax.set_title("Gradient norm per layer", fontsize=FONT + 1)
         handles = [Patch(facecolor=colour, edgecolor="#343a40", linewidth=0.6,
                          label="bar: " + " / ".join(_STATUS_WORDS.get(s, s) for s in statuses))
                    for colour, statuses in drawn.items()]
@@ -430,7 +435,7 @@ class Report:
             handles.append(Patch(facecolor="white", edgecolor="#343a40", hatch="//",
                                  linewidth=0.6, label="bar: no gradient (None) or zero (0)"))
         lines, _ = ax.get_legend_handles_labels()
-        ax.legend(handles=handles + lines, fontsize=8, loc="upper left",
+        ax.legend(handles=handles + lines, fontsize=FONT, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         return fig
 

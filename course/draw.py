@@ -10,7 +10,9 @@ retained nodes a thick amber outline, hooked nodes a probe marker, and after
 (and on the edges, when a ``BackwardStepper`` recorded them).
 
 Data coordinates are inches, so the figure grows with the graph and the text
-always fits its box; a 60-node graph stays readable.
+always fits its box; a 60-node graph stays readable. No drawing is wider than the
+notebook column (``COLUMN_WIDTH``): a graph with more columns than fit is wrapped like a
+line of text into bands stacked top to bottom, each read left to right (see ``Geometry``).
 
 ``render_png`` (what the widgets show) is tuned for a redraw per click: it reuses one
 Figure and Agg canvas, rasterises each text (labels, gradients, the legend, the title),
@@ -35,7 +37,8 @@ import networkx as nx
 from course import themes
 
 __all__ = ["draw_graph", "render_png", "graph_layout", "graph_geometry", "format_grad",
-           "picture_key", "figure_size", "display_width", "DISPLAY_DPI", "RENDER_DPI"]
+           "picture_key", "figure_size", "display_width", "DISPLAY_DPI", "RENDER_DPI",
+           "COLUMN_WIDTH"]
 
 # One size and style for every drawing of the course (the explorers, the stepper and the
 # static figures). Sizes are in points and inches; a drawing is shown at DISPLAY_DPI CSS
@@ -58,6 +61,11 @@ COL_PAD = 0.03              # free inches at each side of a column's widest node
 GAP_X = 0.42                # inches between columns: edges cross here, and only here
 ROW_GAP = 0.32              # inches between the drawn extents of two nodes in a column
 MARGIN = 0.25
+LANE = 0.14                 # inches between two edges running side by side where a graph wraps
+# The widest a drawing gets: the notebook column. JupyterLab's output area is about 968 CSS
+# px wide in a 1400 px window with the file browser open; 9.6 in at DISPLAY_DPI is 922 px.
+# A wider graph is wrapped into bands (see Geometry); its text keeps its size.
+COLUMN_WIDTH = 9.6
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
 # Text is most of the drawing time (matplotlib lays out and rasterises every glyph on
 # every draw). Unhinted glyphs without the last-resort font fallback draw about twice
@@ -205,9 +213,18 @@ class Geometry:
     space kept for its gradient and step number; ``edges[(u, v)]`` the polyline an edge is
     drawn along, from ``u``'s border to ``v``'s. Edges cross between columns only in the
     gaps, where there are no nodes, and go through a column only at a row kept free for them.
+
+    A graph wider than ``max_width`` (the notebook column, :data:`COLUMN_WIDTH`) is wrapped
+    like a line of text: its columns are cut into *bands* of consecutive columns, each at
+    most that wide, stacked top to bottom, all reading left to right. An edge that crosses
+    from one band to the next leaves its band at the right, in a lane of its own in the
+    margin, runs back left in a lane of the *channel* between the bands and enters the next
+    band from the left margin: margins and channels hold no nodes. ``bands`` lists each
+    band's ``(first, last)`` column.
     """
 
-    def __init__(self, g: nx.DiGraph, theme: str):
+    def __init__(self, g: nx.DiGraph, theme: str, max_width: float | None = None):
+        max_width = COLUMN_WIDTH if max_width is None else max_width
         grid, slots = _layered(g)
         self.labels = {n: _label(d, theme) for n, d in g.nodes(data=True)}
         self.box = {n: _box_size(self.labels[n], **_label_font(d),
@@ -227,21 +244,60 @@ class Geometry:
         ncols = max((c for c, _ in grid.values()), default=0) + 1
         col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if grid[n][0] == c] + [0.3])
                  for c in range(ncols)]
-        col_x = [MARGIN + sum(col_w[:c]) + GAP_X * c + col_w[c] / 2 for c in range(ncols)]
         self.row_h = max([above[n] + below[n] for n in g] + [0.6]) + ROW_GAP
         self.half_row = max([above[n] for n in g] + [0.3]), max([below[n] for n in g] + [0.3])
-        rows = [r for _, r in grid.values()] + [r for rs in slots.values() for r in rs]
-        nrows = max(rows, default=0)
-        self.width = MARGIN * 2 + sum(col_w) + GAP_X * (ncols - 1)
-        self.height = MARGIN * 2 + self.half_row[0] + self.half_row[1] + nrows * self.row_h
 
-        def y_of(r):
-            return self.height - MARGIN - self.half_row[0] - r * self.row_h
+        # the edges that cross from column <= j to column > j, for each break j
+        crossing: list[list] = [[] for _ in range(ncols)]
+        for u, v in g.edges:
+            for j in range(grid[u][0], grid[v][0]):
+                crossing[j].append((u, v))
+        # rows: each band spans the rows its nodes and slots use
+        row_at: dict = {}   # (column, item) -> row; items are nodes and edges (their slots)
+        for n, (c, r) in grid.items():
+            row_at[(c, n)] = r
+        for (u, v), rs in slots.items():
+            for c, r in zip(range(grid[u][0] + 1, grid[v][0]), rs, strict=True):
+                row_at[(c, (u, v))] = r
+        col_rows = [[math.inf, -math.inf] for _ in range(ncols)]
+        for (c, _), r in row_at.items():
+            col_rows[c] = [min(col_rows[c][0], r), max(col_rows[c][1], r)]
+        self.bands = _bands(col_w, [len(c) for c in crossing], col_rows, self.row_h,
+                            max_width)
+        band_of = {c: k for k, (a, b) in enumerate(self.bands) for c in range(a, b + 1)}
+        span = [[math.inf, -math.inf] for _ in self.bands]
+        for (c, _), r in row_at.items():
+            s = span[band_of[c]]
+            s[0], s[1] = min(s[0], r), max(s[1], r)
+        # from the top: margin, then each band and the channel below it
+        band_top, channel_y, y = [], [], -MARGIN   # y downwards from the top, for now
+        for k, (_, b) in enumerate(self.bands):
+            band_top.append(y)
+            y -= self.half_row[0] + (span[k][1] - span[k][0]) * self.row_h + self.half_row[1]
+            if k < len(self.bands) - 1:
+                lanes = len(crossing[b])
+                channel_y.append([y - LANE * (i + 1) for i in range(lanes)])
+                y -= LANE * (lanes + 1)
+        self.height = -y + MARGIN
 
-        self.xy = {n: (col_x[c], y_of(r)) for n, (c, r) in grid.items()}
+        def y_of(c, r):
+            k = band_of[c]
+            return self.height + band_top[k] - self.half_row[0] - (r - span[k][0]) * self.row_h
+
+        col_x, widths = [0.0] * ncols, []
+        for a, b in self.bands:
+            x = MARGIN + (LANE * len(crossing[a - 1]) if a > 0 else 0.0)
+            for c in range(a, b + 1):
+                col_x[c] = x + col_w[c] / 2
+                x += col_w[c] + GAP_X
+            widths.append(x - GAP_X + (LANE * len(crossing[b]) if b < ncols - 1 else 0.0)
+                          + MARGIN)
+        self.width = max(widths, default=2 * MARGIN)
+        band = [(x - w / 2, x + w / 2) for x, w in zip(col_x, col_w, strict=True)]
+
+        self.xy = {n: (col_x[c], y_of(c, r)) for n, (c, r) in grid.items()}
         self.bounds = {n: (x - half_w[n], y - below[n], x + half_w[n], y + above[n])
                        for n, (x, y) in self.xy.items()}
-        band = [(x - w / 2, x + w / 2) for x, w in zip(col_x, col_w, strict=True)]
 
         # ports: the edges leaving (entering) a node are spread over its right (left) side,
         # ordered by the row of their other end, so arrowheads do not pile up
@@ -257,23 +313,94 @@ class Geometry:
             out_port.update(spread(outs, n))
             ins = sorted(g.in_edges(n), key=lambda e: (slots[e] or [grid[e[0]][1]])[-1])
             in_port.update(spread(ins, n))
-        self.edges = {}
+
+        def y_in(e, c):
+            """The height of edge ``e`` in column ``c``: its slot, or its end's port."""
+            u, v = e
+            if c == grid[u][0]:
+                return self.xy[u][1] + out_port[e]
+            if c == grid[v][0]:
+                return self.xy[v][1] + in_port[e]
+            return y_of(c, row_at[(c, e)])
+
+        # lanes at each band break: the edge highest in its band takes the outermost lane
+        # on the right, the lowest lane of the channel and the innermost on the left, so
+        # edges that keep their order do not cross
+        lane: dict = {}
+        for _, b in self.bands[:-1]:
+            order = sorted(crossing[b], key=lambda e, b=b: -y_in(e, b))
+            lanes = len(order)
+            for i, e in enumerate(order):
+                lane[(b, e)] = (band[b][1] + LANE * (lanes - i),
+                                self.height + channel_y[band_of[b]][lanes - 1 - i],
+                                band[b + 1][0] - LANE * (i + 1), (i, lanes))
+        self.edges, self.gap = {}, {}
         for u, v in g.edges:
-            (xu, yu), (xv, yv) = self.xy[u], self.xy[v]
+            e = (u, v)
             cu, cv = grid[u][0], grid[v][0]
-            y0, y1 = yu + out_port[(u, v)], yv + in_port[(u, v)]
-            pts = [(xu + self.box[u][0] / 2 + SHAPE_OUT, y0), (band[cu][1], y0)]
-            for c, r in zip(range(cu + 1, cv), slots[(u, v)], strict=True):
-                pts += [(band[c][0], y_of(r)), (band[c][1], y_of(r))]
-            pts += [(band[cv][0], y1), (xv - self.box[v][0] / 2 - SHAPE_OUT - 0.02, y1)]
+            y = y_in(e, cu)
+            pts = [(self.xy[u][0] + self.box[u][0] / 2 + SHAPE_OUT, y), (band[cu][1], y)]
+            for c in range(cu + 1, cv + 1):
+                y_next = y_in(e, c)
+                if (c - 1, e) in lane:  # to the next band: right margin, channel, left margin
+                    xr, yl, xl, (i, lanes) = lane[(c - 1, e)]
+                    pts += [(xr, y), (xr, yl), (xl, yl), (xl, y_next)]
+                    # edge labels of one channel side by side, each on its own stretch
+                    gap = ((xl + (xr - xl) * i / lanes, yl), (xl + (xr - xl) * (i + 1) / lanes, yl))
+                else:
+                    gap = (pts[-1], (band[c][0], y_next))
+                if c < cv:
+                    pts += [(band[c][0], y_next), (band[c][1], y_next)]
+                y = y_next
+            pts += [(band[cv][0], y), (self.xy[v][0] - self.box[v][0] / 2 - SHAPE_OUT - 0.02, y)]
             clean = [pts[0]]
             for p in pts[1:]:
                 if abs(p[0] - clean[-1][0]) > 1e-9 or abs(p[1] - clean[-1][1]) > 1e-9:
                     clean.append(p)
-            self.edges[(u, v)] = clean
-        self.gap = {(u, v): (self.edges[(u, v)][-3] if len(self.edges[(u, v)]) >= 3 else
-                             self.edges[(u, v)][0], self.edges[(u, v)][-2])
-                    for u, v in g.edges}  # the last stretch between columns: edge labels go here
+            self.edges[e] = clean
+            self.gap[e] = gap  # the last stretch between columns: edge labels go here
+
+
+def _bands(col_w: list[float], crossing: list[int], rows: list[tuple[float, float]],
+           row_h: float, max_width: float) -> list[tuple[int, int]]:
+    """Cut columns into bands ``(first, last)`` at most ``max_width`` wide (a column wider
+    than that is a band of its own): the fewest bands (the fewest edges running back),
+    then the least total height (rows spanned and channels), then the narrowest widest.
+    ``crossing[j]`` is the number of edges from column ``j`` or before to a later column
+    (each takes a lane in both margins and the channel when the graph is cut after column
+    ``j``); ``rows[c]`` the lowest and highest row that column ``c``'s nodes and slots use."""
+    n = len(col_w)
+    prefix = [0.0]
+    for w in col_w:
+        prefix.append(prefix[-1] + w)
+
+    def width(a: int, b: int) -> float:
+        return (2 * MARGIN + prefix[b + 1] - prefix[a] + GAP_X * (b - a)
+                + (LANE * crossing[a - 1] if a > 0 else 0.0)
+                + (LANE * crossing[b] if b < n - 1 else 0.0))
+
+    if n == 0 or width(0, n - 1) <= max_width:
+        return [(0, max(n - 1, 0))]
+    best: list = [(0, 0.0, 0.0)] + [None] * n  # best[j]: (bands, height, widest), columns < j
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        lo, hi = math.inf, -math.inf
+        for i in range(j - 1, -1, -1):   # the band i..j-1, growing to the left
+            lo, hi = min(lo, rows[i][0]), max(hi, rows[i][1])
+            w = width(i, j - 1)
+            if w > max_width and j - 1 > i:
+                break
+            if best[i] is None:
+                continue
+            h = (hi - lo) * row_h + (LANE * (crossing[j - 1] + 1) if j < n else 0.0)
+            cand = (best[i][0] + 1, round(best[i][1] + h, 6), max(best[i][2], w))
+            if best[j] is None or cand < best[j]:
+                best[j], cut[j] = cand, i
+    bands, j = [], n
+    while j > 0:
+        bands.append((cut[j], j - 1))
+        j = cut[j]
+    return bands[::-1]
 
 
 def graph_geometry(g: nx.DiGraph, theme: str = "technical") -> Geometry:
@@ -424,7 +551,7 @@ def _marks(g: nx.DiGraph, show_grads: bool) -> dict:
 def _frame(geo: Geometry, legend: tuple, title: str | None, size=None):
     """Figure size and where the graph area and the legend go: ``(fig_w, fig_h, ox, oy,
     legend_cols, legend_h)``; ``size`` is a minimum ``(w, h)`` in inches."""
-    ncol, legend_w, legend_h = _legend_layout(legend, max(geo.width, 7.0))
+    ncol, legend_w, legend_h = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))
     title_h = 0.42 if title else 0.0
     if title:
         legend_w = max(legend_w, _text_width(title, TITLE_FONT) + 0.4)
@@ -481,7 +608,7 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
         ax.set_xlim(-ox, fig_w - ox)
         ax.set_ylim(-oy, fig_h - oy)
     else:
-        legend_cols = _legend_layout(legend, max(geo.width, 7.0))[0]
+        legend_cols = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))[0]
         ax.set_xlim(0, geo.width)
         ax.set_ylim(0, geo.height)
         ax.set_aspect("equal", adjustable="datalim")

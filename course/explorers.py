@@ -115,6 +115,7 @@ class _Explorer(_Twin):
     CSS = "explorer"
     TITLE = ""
     DEFAULTS: dict = {}
+    CHOICES: dict = {}   # control -> every value it can take (tests walk every state)
     _syncing = False
 
     def __init__(self, theme: str = "logistics", dpi: int | None = None, **state):
@@ -346,6 +347,7 @@ class RetainExplorer(_Explorer):
     CSS = "retain-explorer"
     TITLE = "report = (parcel * w) ** 2, summed: a monitor on the station"
     DEFAULTS = {"monitor": "before", "audits": 1}
+    CHOICES = {"monitor": ("none", "before", "after"), "audits": (0, 1, 2, 3)}
 
     def compute(self) -> None:
         import torch
@@ -464,6 +466,7 @@ class SkipPathExplorer(_Explorer):
     CSS = "skip-explorer"
     TITLE = "Residual stack: gradient norm at the input of each block"
     DEFAULTS = {"blocks": 10, "detach": False}
+    CHOICES = {"blocks": tuple(range(1, 21)), "detach": (False, True)}
 
     def compute(self) -> None:
         blocks, detach = int(self.state["blocks"]), bool(self.state["detach"])
@@ -524,6 +527,8 @@ class HookExplorer(_Explorer):
     CSS = "hook-explorer"
     TITLE = "loss = 3 * w * w, summed: a hook on w"
     DEFAULTS = {"hook": True, "action": "clip", "passes": 2, "remove": False}
+    CHOICES = {"hook": (False, True), "action": ("look", "scale", "clip"),
+               "passes": (1, 2, 3), "remove": (False, True)}
 
     def compute(self) -> None:
         import torch
@@ -616,6 +621,8 @@ class NoGradExplorer(_Explorer):
     CSS = "nograd-explorer"
     TITLE = "a training step, with no_grad() around some lines"
     DEFAULTS = {"use": True, "cover": (4, 5)}
+    CHOICES = {"use": (False, True),
+               "cover": tuple((a, b) for a in range(1, 6) for b in range(a, 6))}
 
     def compute(self) -> None:
         import torch
@@ -720,6 +727,7 @@ class InplaceExplorer(_Explorer):
     CSS = "inplace-explorer"
     TITLE = "y = h * w saves h; then h is edited"
     DEFAULTS = {"edit": "after", "inplace": True}
+    CHOICES = {"edit": ("none", "before", "after"), "inplace": (False, True)}
 
     def compute(self) -> None:
         import torch
@@ -852,6 +860,7 @@ class DoctorExplorer(_Explorer):
     CSS = "doctor-explorer"
     TITLE = "The gradient-flow doctor on a network with one bug"
     DEFAULTS = {"bug": "detach", "layers": 6}
+    CHOICES = {"bug": tuple(BUGS), "layers": tuple(range(2, 21))}
     VANISHING = 1e-4
 
     def compute(self) -> None:

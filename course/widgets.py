@@ -290,7 +290,8 @@ def _png_image(png: bytes):
 
     from course.draw import display_width
 
-    # unconfined: a graph wider than the notebook scrolls sideways instead of shrinking its text
+    # unconfined: shown at its own width, never shrunk (course.draw keeps every drawing within
+    # the notebook column, so nothing scrolls sideways and the text keeps its size)
     return Image(data=png, format="png", width=display_width(png), unconfined=True)
 
 

@@ -1,9 +1,11 @@
-"""Layouts that never lie: no edge of any graph the course draws runs through (or behind) a
-node it does not connect, and no two nodes overlap.
+"""Layouts that never lie and fit: no edge of any graph the course draws runs through (or
+behind) a node it does not connect, no two nodes overlap, and no drawing is wider than the
+notebook column.
 
 The graphs are every state of every explorer scenario (``course.widgets.SCENARIOS``, the
 scenarios of ``course.explorers`` when that module exists, and the scenarios the source
-notebooks define), every step of every ``BackwardStepper`` of those scenarios, and every
+notebooks define), every step of every ``BackwardStepper`` of those scenarios and its static
+twin, every state of every graph explorer of ``course.explorers`` (lessons 02-07), and every
 ``draw_graph`` call of the source notebooks (their cells run up to the last figure, with
 ``draw_graph``, ``GraphExplorer`` and ``BackwardStepper`` recording instead of drawing).
 Each is laid out in every theme (the words change the boxes' widths) and checked
@@ -181,21 +183,52 @@ def notebook_figures() -> dict[str, list[tuple[str, object]]]:
     return out
 
 
-def all_graphs() -> list[tuple[str, object]]:
+def lesson_explorer_graphs() -> list[tuple[str, object, str]]:
+    """``(name, graph, title)`` for every state of every graph explorer of course.explorers
+    (every combination of its controls' values, ``CHOICES``), computed without drawing."""
+    import itertools
+
+    from course import explorers
+
+    found = []
+    for lesson, cls in explorers.EXPLORERS.items():
+        ex = cls.__new__(cls)
+        ex.theme, ex.state = "logistics", dict(cls.DEFAULTS)
+        keys = list(cls.CHOICES)
+        for values in itertools.product(*(cls.CHOICES[k] for k in keys)):
+            ex.state.update(zip(keys, values, strict=True))
+            ex.graph, ex.svg = None, ""
+            ex.compute()
+            if ex.graph is None:  # a chart explorer (an SVG chart, not a graph)
+                break
+            found.append((f"{lesson}:{cls.__name__}:{dict(ex.state)}", ex.graph,
+                          ex.picture_title()))
+    return found
+
+
+def all_graphs() -> list[tuple[str, object, str | None]]:
+    """``(name, graph, title)`` of every graph the course draws."""
     graphs = []
     for nb, calls in notebook_figures().items():
-        graphs += [(f"{nb}:draw_graph:{i}", g) for i, (kind, g) in enumerate(calls)
+        graphs += [(f"{nb}:draw_graph:{i}", g, None) for i, (kind, g) in enumerate(calls)
                    if kind == "draw_graph"]
     for name, scenario in explorer_scenarios().items():
         for i, c in enumerate(scenario_states(scenario)):
-            graphs.append((f"{name}:state{i}", run_scenario(scenario, c).graph))
+            graphs.append((f"{name}:state{i}", run_scenario(scenario, c).graph, scenario.title))
         with contextlib.suppress(RuntimeError):  # a scenario whose output cannot backward
             stepper = widgets.BackwardStepper.__new__(widgets.BackwardStepper)
             stepper.scenario = scenario
             stepper.graph, stepper.events = widgets.record_backward(scenario)
             for k in range(len(stepper.events) + 1):
-                graphs.append((f"{name}:step{k}", stepper._graph_at(k)))
-    return graphs
+                graphs.append((f"{name}:step{k}", stepper._graph_at(k), scenario.title))
+            graphs.append((f"{name}:backward order", stepper._graph_at(
+                len(stepper.events), final=True), f"backward order of {scenario.title}"))
+    return graphs + lesson_explorer_graphs()
+
+
+@functools.cache
+def every_graph() -> tuple:
+    return tuple(all_graphs())
 
 
 # ------------------------------------------------------------------------------------ tests
@@ -211,10 +244,51 @@ def test_every_figure_of_the_notebooks_is_collected():
 
 @pytest.mark.parametrize("theme", themes.THEMES)
 def test_no_edge_runs_through_a_node(theme):
-    graphs = all_graphs()
+    graphs = every_graph()
     assert len(graphs) > 150
-    bad = {name: p for name, g in graphs if (p := problems(g, theme))}
+    assert any(":RetainExplorer:" in name for name, _, _ in graphs)
+    bad = {name: p for name, g, _ in graphs if (p := problems(g, theme))}
     assert not bad, bad
+
+
+COLUMN_PX = 968  # JupyterLab's output area in a 1400 px window with the file browser open
+
+
+@pytest.mark.parametrize("theme", themes.THEMES)
+def test_every_drawing_fits_the_notebook_column(theme):
+    """No picture of the course scrolls sideways: every graph, in every theme, with the title
+    and the legend room its explorer keeps, is at most COLUMN_WIDTH wide (what render_png
+    and draw_graph make the figure), so at most COLUMN_PX CSS pixels at 100 % zoom; its
+    text keeps its size (wide graphs wrap into bands instead)."""
+    assert draw.COLUMN_WIDTH * draw.DISPLAY_DPI <= COLUMN_PX - 40
+    too_wide = {}
+    for name, g, title in every_graph():
+        w, _ = draw.figure_size(g, theme, title,
+                                legend_extra=("gradient", "retained", "hooked"))
+        if w > draw.COLUMN_WIDTH + 1e-9:
+            too_wide[name] = round(w * draw.DISPLAY_DPI)
+    assert not too_wide, too_wide
+
+
+def test_the_rendered_pictures_are_as_wide_as_their_layout():
+    """What the learner gets: the widest graph of each source, rendered as the widgets do
+    (render_png) and as a static figure (draw_graph), shows at most COLUMN_WIDTH wide."""
+    widest: dict[str, tuple] = {}
+    for name, g, title in every_graph():
+        source = name.split(":")[0]
+        if source not in widest or len(g) > len(widest[source][0]):
+            widest[source] = (g, title)
+    assert len(widest) >= 8
+    limit = round(draw.COLUMN_WIDTH * draw.DISPLAY_DPI)
+    for source, (g, title) in widest.items():
+        png = draw.render_png(g, "kitchen", title=title)
+        assert draw.display_width(png) <= limit, source
+    g, title = widest["08_capstone"]
+    fig = draw.draw_graph(g, theme="kitchen", title=title)
+    try:
+        assert fig.get_figwidth() <= draw.COLUMN_WIDTH + 1e-9
+    finally:
+        plt.close(fig)
 
 
 def test_the_check_sees_an_edge_through_a_node():
