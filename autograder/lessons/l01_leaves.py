@@ -3,7 +3,7 @@
 Every expected answer is read off live torch when the question is checked: a
 predict question runs the very code the notebook shows (``code``) and reads the
 facts with :mod:`autograder.torchfacts`; a code question runs the learner's
-function and inspects what it returns.
+function and tells the learner what torch reports about the tensors it made.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autograder import torchfacts as tf
-from autograder.encoding import LearnerFunction
 from autograder.questions import (
-    CodeRun,
-    Finding,
     Item,
     LearnerCodeError,
     Lesson,
@@ -23,9 +20,11 @@ from autograder.questions import (
     Verdict,
     WriteCode,
     run_learner,
+    score,
     values_equal,
     warns,
 )
+from course.themes import GLOSSARY
 
 lesson = Lesson("01_leaves", "Leaf tensors")
 
@@ -39,37 +38,25 @@ meat = nn.Linear(3, 2).weight                   # marinated meat: a layer's para
 """
 
 
-def _leaf_myth(key: str):
-    def choose(given: Any, expected: Any) -> str | None:
-        if expected is True and given is False:
-            if key in ("water", "salt"):
-                return "leaf_means_trainable" if key == "water" else "no_grad_inputs_make_nonleaf"
-            return "created_is_not_leaf"
-        if expected is False and given is True:
-            return "output_can_be_leaf"
-        return None
-
-    return choose
-
-
 @lesson.register
 class Q1LeafOrNot(Predict):
     qid = "q1"
     title = "Leaf or not?"
     code = KITCHEN
-    items = [
-        Item("flour", "flour was created by hand, not by an operation: a market ingredient.",
-             _leaf_myth("flour"), part="basics"),
-        Item("dough", "dough came out of `*` and `+` on flour, which requires grad: a "
-             "semi-finished dish with a grad_fn.", _leaf_myth("dough"), part="basics"),
-        Item("bread", "bread came out of sigmoid on dough: not a leaf.", _leaf_myth("bread"),
+    items = [  # one wrong value per item, so each names the one belief it reveals
+        Item("flour", "`flour` was created by hand, not by an operation: a market ingredient.",
+             "created_is_not_leaf", part="basics"),
+        Item("dough", "`dough` came out of `*` and `+` on flour, which requires grad: a "
+             "semi-finished dish with a grad_fn.", "output_can_be_leaf", part="basics"),
+        Item("bread", "`bread` came out of sigmoid on dough: not a leaf.", "output_can_be_leaf",
              part="basics"),
-        Item("meat", "a layer's weight is an nn.Parameter made by hand inside nn.Linear: a leaf "
-             "that requires grad.", _leaf_myth("meat"), part="basics"),
-        Item("water", "water does not require grad, and every tensor that does not require "
-             "grad is a leaf by convention.", _leaf_myth("water"), part="tricky"),
-        Item("salt", "salt was computed, but only from water, which does not require grad: no "
-             "history is recorded, so salt is a leaf too.", _leaf_myth("salt"), part="tricky"),
+        Item("meat", "A layer's weight is an nn.Parameter made by hand inside nn.Linear: a leaf "
+             "that requires grad.", "created_is_not_leaf", part="basics"),
+        Item("water", "`water` does not require grad, and every tensor that does not require "
+             "grad is a leaf by convention.", "leaf_means_trainable", part="tricky"),
+        Item("salt", "`salt` was computed, but only from water, which does not require grad: no "
+             "history is recorded, so salt is a leaf too.", "no_grad_inputs_make_nonleaf",
+             part="tricky"),
     ]
 
     def facts(self, ns):
@@ -82,15 +69,16 @@ class Q2FlagsAndRecipes(Predict):
     title = "requires_grad and grad_fn"
     code = KITCHEN
     items = [
-        Item("salt.requires_grad", "an operation's result requires grad only if one of its "
-             "inputs does; water*0.01 has none.", "no_grad_inputs_make_nonleaf"),
-        Item("bread.requires_grad", "requires_grad spreads downstream from flour to dough to "
-             "bread.", "output_can_be_leaf"),
-        Item("flour.grad_fn is None", "a tensor made by hand has no recipe step: grad_fn is "
+        Item("salt.requires_grad", "A result requires grad only if one of its own inputs "
+             "does; salt = water * 0.01 has none, although it was computed after flour.",
+             "requires_grad_spreads"),
+        Item("bread.requires_grad", "`requires_grad` spreads downstream along recorded "
+             "operations, from flour to dough to bread.", "requires_grad_not_inherited"),
+        Item("flour.grad_fn is None", "A tensor made by hand has no recipe step: grad_fn is "
              "None even though it requires grad.", "grad_fn_on_leaf"),
-        Item("dough.grad_fn is None", "dough's grad_fn is the `+` step (AddBackward0) that "
+        Item("dough.grad_fn is None", "`dough`'s grad_fn is the `+` step (AddBackward0) that "
              "made it.", "output_can_be_leaf"),
-        Item("meat.grad_fn is None", "a parameter is a leaf: its grad_fn is None.",
+        Item("meat.grad_fn is None", "A parameter is a leaf: its grad_fn is None.",
              "grad_fn_on_leaf"),
     ]
 
@@ -113,12 +101,9 @@ report.backward()
 """
 
 
-def _grad_myth(given: Any, expected: Any) -> str | None:
-    if expected is None and given is not None:
-        return "nonleaf_grad_stored"
-    if expected is not None and given is None:
-        return "nonleaf_grad_never_computed"
-    return None
+def _unless_none(key: str):
+    """A wrong answer that is not None names ``key``: a gradient was expected where none is."""
+    return lambda given, expected: key if expected is None and given is not None else None
 
 
 @lesson.register
@@ -127,12 +112,14 @@ class Q3WhatGradHolds(Predict):
     title = "What does .grad hold after backward()?"
     code = PARCELS
     items = [
-        Item("w.grad", "report = sum(parcel * w), so d report / d w = parcel, stored on w because "
-             "w is a leaf that requires grad. Give the values as a list.", None, part="values"),
-        Item("parcel.grad", "nobody audits an ordinary parcel: it does not require grad, so its "
-             ".grad stays None.", "constant_gets_grad", part="none"),
-        Item("station.grad", "station's gradient was computed on the way back to w but not "
-             "stored: it is a non-leaf.", _grad_myth, part="none"),
+        Item("w.grad", "With `report = sum(parcel * w)`, d report / d w_i = parcel_i, and it is "
+             "stored on w because w is a leaf that requires grad (a sorting centre files its "
+             "report). Give the values as a list.", part="values"),
+        Item("parcel.grad", "Nobody audits an ordinary parcel: it does not require grad, so its "
+             ".grad stays None.", _unless_none("constant_gets_grad"), part="none"),
+        Item("station.grad", "`station`'s gradient was computed on the way back to w but not "
+             "stored: a transit station files no report.", _unless_none("nonleaf_grad_stored"),
+             part="none"),
     ]
 
     def facts(self, ns):
@@ -150,13 +137,13 @@ kept.retain_grad()
 kept.sum().backward()
 """
     items = [
-        Item("w.grad", "reading a leaf's .grad is always silent.", None),
-        Item("parcel.grad", "parcel is a leaf (it does not require grad): reading its .grad "
+        Item("w.grad", "Reading a leaf's .grad is always silent."),
+        Item("parcel.grad", "`parcel` is a leaf (it does not require grad): reading its .grad "
              "is silent and gives None.", "leaf_means_trainable"),
-        Item("station.grad", "reading .grad of a non-leaf returns None and emits a UserWarning "
+        Item("station.grad", "Reading `.grad` of a non-leaf returns None and emits a UserWarning "
              "that points at retain_grad().", "nonleaf_grad_silent"),
-        Item("kept.grad", "after retain_grad() the non-leaf keeps its gradient, and reading it "
-             "is silent.", None),
+        Item("kept.grad", "After `retain_grad()` the transit station keeps its report, and "
+             "reading it is silent: the warning is only for a station without a monitor."),
     ]
 
     def facts(self, ns):
@@ -164,7 +151,7 @@ kept.sum().backward()
                 for k in ("w.grad", "parcel.grad", "station.grad", "kept.grad")}
 
 
-SEED003 = """\
+TWO_ROUTES = """\
 a = torch.tensor(2.0, requires_grad=True)
 b = torch.tensor(3.0, requires_grad=True)
 c = a + b
@@ -175,7 +162,7 @@ e.backward()
 
 # Question 5 asks for the same graph at other inputs, so the lesson's worked
 # example cannot simply be copied.
-SEED003_EXERCISE = SEED003.replace("2.0", "1.5").replace("3.0", "-2.0")
+TWO_ROUTES_EXERCISE = TWO_ROUTES.replace("2.0", "1.5").replace("3.0", "-2.0")
 
 
 def _route_myth(routes_at):
@@ -197,10 +184,10 @@ def _route_myth(routes_at):
 @lesson.register
 class Q5TwoRoutes(Predict):
     qid = "q5"
-    title = "Seed 003 by hand"
-    code = SEED003_EXERCISE
+    title = "The two-route graph by hand"
+    code = TWO_ROUTES_EXERCISE
     items = [
-        Item("a.grad", "a reaches e by two routes, through c and through d; "
+        Item("a.grad", "`a` reaches e by two routes, through c and through d; "
              "de/da = d * dc/da + c * dd/da = d + c*b. The contributions of both routes add up.",
              _route_myth(lambda a, b: [a * b, (a + b) * b])),
         Item("b.grad", "de/db = d * dc/db + c * dd/db = d + c*a.",
@@ -228,52 +215,81 @@ def _mean_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q6MeanMyth(Predict):
     qid = "q6"
-    title = "Seed 004's printed x.grad"
+    title = "The printed x.grad of a popular tutorial"
     code = MEAN
     items = [
-        Item("x.grad", "z = (2*x_1 + 2*x_2) / 2, so dz/dx_i = 2/2 = 1 for each i.", _mean_myth),
+        Item("x.grad", "z = (2*x_1 + 2*x_2) / 2, so dz/dx_i = 2/2 = 1 for each i: the 2 of "
+             "`x * 2` times the 1/2 of the mean.", _mean_myth),
     ]
 
     def facts(self, ns):
         return {"x.grad": tf.grad_values(ns["x"])}
 
 
-SEED003_FORWARD = """\
-a = torch.tensor(2.0, requires_grad=True)
-b = torch.tensor(3.0, requires_grad=True)
-c = a + b
-d = a * b
-e = c * d
-"""
+TWO_ROUTES_FORWARD = TWO_ROUTES.replace("e.backward()\n", "")
 
 
-def _count_accumulate(fn, seen=None) -> int:
-    seen = set() if seen is None else seen
-    if fn is None or id(fn) in seen:
-        return 0
-    seen.add(id(fn))
-    own = 1 if type(fn).__name__ == "AccumulateGrad" else 0
-    return own + sum(_count_accumulate(nxt, seen) for nxt, _ in fn.next_functions)
+def _accumulate_nodes(fn, per_use: bool = False) -> int:
+    """AccumulateGrad nodes behind ``fn``: distinct ones, or one per edge that reaches one."""
+    seen, stack, count = set(), [fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        if type(node).__name__ == "AccumulateGrad" and (per_use or id(node) not in seen):
+            count += 1
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return count
+
+
+def _graph_facts() -> dict[str, Any]:
+    import torch
+
+    ns = {"torch": torch}
+    exec(TWO_ROUTES_FORWARD, ns)  # noqa: S102 -- our own scenario
+    e = ns["e"]
+    return {"uses": _accumulate_nodes(e.grad_fn, per_use=True),
+            "tensors": sum(1 for k in "abcde" if tf.is_tensor(ns[k]))}
+
+
+def _grad_fn_myth(given: Any, expected: Any) -> str | None:
+    return "output_can_be_leaf" if given is None else None
+
+
+def _nodes_myth(given: Any, expected: Any) -> str | None:
+    if not isinstance(given, int) or isinstance(given, bool):
+        return None
+    facts = _graph_facts()
+    if given == facts["uses"]:  # a and b are each used twice: one node per use
+        return "accumulate_per_use"
+    if given in (0, facts["tensors"]):  # no such nodes, or one per tensor: a graph of tensors
+        return "graph_is_all_leaves"
+    return None
 
 
 @lesson.register
 class Q7RealGraph(Predict):
     qid = "q7"
     title = "What the graph is made of"
-    code = SEED003_FORWARD
+    code = TWO_ROUTES_FORWARD
     items = [
-        Item("e.grad_fn", "e was made by `*`, so its grad_fn is a MulBackward0 node. Give the "
-             "class name as a string.", "graph_is_all_leaves"),
-        Item("accumulate_grad_nodes", "each leaf that requires grad is reached through exactly "
-             "one AccumulateGrad node, however many routes lead to it.", "graph_is_all_leaves"),
-        Item("c.is_leaf", "c is an intermediate result: the graph is not 'all leaves'.",
+        Item("e.grad_fn", "`e` was made by `*`, so its grad_fn is a MulBackward0 node (the "
+             "sorting rule stamped on its waybill). Give the class name as a string.",
+             _grad_fn_myth),
+        Item("accumulate_grad_nodes", "Each leaf that requires grad is reached through exactly "
+             "one AccumulateGrad node, however many operations use it: the routes from both "
+             "uses of a meet there.", _nodes_myth),
+        Item("c.is_leaf", "`c` is an intermediate result: the graph is not 'all leaves'.",
              "graph_is_all_leaves"),
     ]
 
     def facts(self, ns):
         return {
             "e.grad_fn": tf.grad_fn_name(ns["e"]),
-            "accumulate_grad_nodes": _count_accumulate(ns["e"].grad_fn),
+            "accumulate_grad_nodes": _accumulate_nodes(ns["e"].grad_fn),
             "c.is_leaf": tf.is_leaf(ns["c"]),
         }
 
@@ -281,60 +297,11 @@ class Q7RealGraph(Predict):
 # --------------------------------------------------------------------------- write code
 
 
-def _kitchen_requirements() -> list[Requirement]:
-    def get(run: CodeRun, key: str):
-        res = run.result
-        if not isinstance(res, dict) or key not in res:
-            raise KeyError(f"return a dict with the key {key!r}")
-        t = res[key]
-        if not tf.is_tensor(t):
-            raise TypeError(f"{key!r} must be a tensor")
-        return t
-
-    def flour(run):
-        t = get(run, "flour")
-        return tf.is_leaf(t) and tf.requires_grad(t), "flour must be a leaf that requires grad"
-
-    def sauce(run):
-        t = get(run, "sauce")
-        return tf.is_leaf(t) and not tf.requires_grad(t), "sauce must be a leaf without grad"
-
-    def dough(run):
-        t, f = get(run, "dough"), get(run, "flour")
-        if tf.is_leaf(t):
-            return False, "dough must come out of an operation on flour (a non-leaf)"
-        leaves = _reachable_leaves(t)
-        return any(x is f for x in leaves), "dough's history must lead back to flour"
-
-    def glaze(run):
-        t = get(run, "glaze")
-        return (tf.is_leaf(t) and not tf.requires_grad(t),
-                "glaze must be computed from sauce alone, so it records no history")
-
-    def computed(run):
-        t = get(run, "glaze")
-        s = get(run, "sauce")
-        return (not tf.shares_storage(t, s) and t.numel() > 0,
-                "glaze must be a new tensor computed from sauce, not sauce itself")
-
-    return [
-        Requirement("`flour` is a market ingredient: a leaf that requires grad", flour,
-                    "created_is_not_leaf"),
-        Requirement("`sauce` is bottled: a leaf that does not require grad", sauce,
-                    "leaf_means_trainable"),
-        Requirement("`dough` is a semi-finished dish made from flour", dough,
-                    "output_can_be_leaf"),
-        Requirement("`glaze` is computed from sauce only, and is therefore a leaf", glaze,
-                    "no_grad_inputs_make_nonleaf"),
-        Requirement("`glaze` is a new tensor, not sauce itself", computed),
-    ]
-
-
 def _reachable_leaves(t) -> list:
     """Leaves that backward() from ``t`` would fill .grad on, in discovery order."""
     if tf.is_leaf(t):
         return [t] if tf.requires_grad(t) else []
-    out, seen, stack = [], set(), [t.grad_fn]
+    out, seen, stack = [], set(), [tf._grad_fn(t)]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
@@ -344,6 +311,102 @@ def _reachable_leaves(t) -> list:
             out.append(fn.variable)
         stack.extend(nxt for nxt, _ in fn.next_functions)
     return out
+
+
+def _typo(t) -> bool:
+    """Whether ``t`` carries the plain attribute ``t.require_grad = True`` leaves behind."""
+    try:
+        return "require_grad" in tf._getattr(t, "__dict__", {})
+    except Exception:  # noqa: BLE001 -- a learner's odd object: no evidence either way
+        return False
+
+
+def describe(name: str, t, made: dict | None = None, theme: str = "kitchen") -> str:
+    """What torch reports about a tensor the learner made, in the words of ``theme``'s glossary:
+    "your `glaze` has grad_fn `AddBackward0`: it was made from `flour`, so it is a semi-finished
+    dish". ``made`` names the learner's other tensors, to say which ones it was made from."""
+    if not tf.is_tensor(t):
+        return f"your `{name}` is a {type(t).__name__}, not a tensor"
+    word = GLOSSARY[theme][tf.kind(t)]
+    word = ("an " if word[0] in "aeiou" else "a ") + word
+    fn = tf.grad_fn_name(t)
+    if fn is None:
+        return f"your `{name}` is a leaf with requires_grad={tf.requires_grad(t)}: {word}"
+    sources = [f"`{other}`" for other, o in (made or {}).items()
+               if other != name and any(leaf is o for leaf in _reachable_leaves(t))]
+    origin = f": it was made from {' and '.join(sources)}" if sources else ""
+    return f"your `{name}` has grad_fn `{fn}`{origin}, so it is {word}"
+
+
+def is_parameter(name: str, t, made: dict | None = None, theme: str = "kitchen"):
+    """A requirement's verdict on "``t`` is a leaf that requires grad", from what torch reports
+    about it: True, or (False, what it is, the belief its making reveals)."""
+    if tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t):
+        return True
+    text = describe(name, t, made, theme)
+    if not tf.is_tensor(t):
+        return False, text
+    if _typo(t):
+        return False, f"{text}; `{name}.require_grad = True` only set an unused attribute", \
+            "require_grad_typo"
+    if tf.grad_fn_name(t) == "CloneBackward0":
+        return False, f"{text}: clone() is recorded like any operation", "clone_cuts_history"
+    if not tf.is_leaf(t) and tf.retains_grad(t):
+        return False, f"{text} with a monitor: it keeps that report, but the leaf it was made " \
+            "from is the one to tune"
+    if not tf.is_leaf(t):  # made by an operation on a tensor that requires grad
+        return False, f"{text}. Create it directly, with `requires_grad=True`", \
+            "output_can_be_leaf"
+    return False, f"{text}. Create it with `requires_grad=True`"
+
+
+def _is_constant(name: str, t, made: dict):
+    """A requirement's verdict on "``t`` is a leaf that does not require grad"."""
+    if tf.is_tensor(t) and tf.is_leaf(t) and not tf.requires_grad(t):
+        return True
+    text = describe(name, t, made)
+    if tf.is_tensor(t) and tf.is_leaf(t):  # given requires_grad=True, as if a leaf needed it
+        return False, f"{text}; a bottled sauce is used as is, and it is a leaf anyway", \
+            "leaf_means_trainable"
+    return False, f"{text}. Make it from bottled things only"
+
+
+def _kitchen_requirements() -> list[Requirement]:
+    def made(run) -> dict:
+        if not isinstance(run.result, dict):
+            raise TypeError(f"return a dict of tensors, not {type(run.result).__name__}")
+        return run.result
+
+    def get(run, key: str):
+        if key not in made(run):
+            raise KeyError(f"your dict has no key {key!r}")
+        return made(run)[key]
+
+    def dough(run):
+        t, f = get(run, "dough"), get(run, "flour")
+        if tf.is_tensor(t) and not tf.is_leaf(t) and any(x is f for x in _reachable_leaves(t)):
+            return True
+        text = describe("dough", t, made(run))
+        if tf.is_tensor(t) and tf.is_leaf(t):
+            return False, f"{text}: no recorded recipe step made it from `flour`"
+        return False, f"{text}, but its recipe does not lead back to your `flour`"
+
+    def computed(run):
+        t, s = get(run, "glaze"), get(run, "sauce")
+        ok = tf.is_tensor(t) and tf.is_tensor(s) and t is not s and not tf.shares_storage(t, s)
+        return ok, "your `glaze` is `sauce` itself (the same storage): compute a new tensor " \
+            "from it, e.g. `sauce * 2`"
+
+    return [
+        Requirement("`flour` is a market ingredient: a leaf that requires grad",
+                    lambda run: is_parameter("flour", get(run, "flour"), made(run))),
+        Requirement("`sauce` is bottled: a leaf that does not require grad",
+                    lambda run: _is_constant("sauce", get(run, "sauce"), made(run))),
+        Requirement("`dough` is a semi-finished dish made from `flour`", dough),
+        Requirement("`glaze`, computed from `sauce` only, is a leaf that does not require grad",
+                    lambda run: _is_constant("glaze", get(run, "glaze"), made(run))),
+        Requirement("`glaze` is a new tensor, not `sauce` itself", computed),
+    ]
 
 
 @lesson.register
@@ -357,7 +420,7 @@ class Q8BuildKitchen(WriteCode):
 
 
 GRAPHS = {
-    "seed003": """\
+    "two routes": """\
 a = torch.tensor(2.0, requires_grad=True)
 b = torch.tensor(3.0, requires_grad=True)
 out = (a + b) * (a * b)
@@ -388,12 +451,39 @@ out = (w * w * frozen).sum() + w.sum()
 }
 
 
-def _same_tensors(given, expected) -> bool:
-    if not isinstance(given, list | tuple):
-        return False
-    if len(given) != len(expected):
-        return False
-    return all(any(g is e for g in given) for e in expected)
+def _centres_requirement(name: str, out, expected: list) -> Requirement:
+    """The learner's list for graph ``name`` holds exactly the leaves ``expected``."""
+
+    def test(run):
+        got = run.result
+        if not isinstance(got, list | tuple):
+            return False, f"you returned {type(got).__name__}: return a list of tensors"
+        others = [g for g in got if not tf.is_tensor(g)]
+        if others:
+            return False, f"your list holds {type(others[0]).__name__} objects: return each " \
+                "AccumulateGrad node's `.variable`, the leaf tensor itself"
+        if len({id(g) for g in got}) < len(got):
+            return False, "your list names the same sorting centre more than once: a leaf " \
+                "has one AccumulateGrad node, however many routes reach it; visit each node " \
+                "once", "accumulate_per_use"
+        extra = [g for g in got if not any(g is e for e in expected)]
+        missing = len([e for e in expected if not any(g is e for g in got)])
+        if any(tf.is_leaf(g) and not tf.requires_grad(g) for g in extra):
+            return False, "your list holds a tensor that does not require grad: an ordinary " \
+                "parcel gets no report, so it is nobody's sorting centre", "constant_gets_grad"
+        if extra:
+            return False, f"your list holds {len(extra)} tensor(s) that are not leaves " \
+                "backward() fills: a transit station is not a sorting centre"
+        if missing and tf.is_leaf(out):
+            return False, "`out` is itself a leaf that requires grad: it is its own sorting " \
+                "centre, `[out]`"
+        if missing:
+            return False, f"you found {len(got)} of the {len(expected)} sorting centres: " \
+                "follow every entry of `next_functions`, not only the first"
+        return True
+
+    return Requirement(f"graph `{name}`: `sorting_centres(out)` finds its {len(expected)} "
+                       "sorting centre(s)", test)
 
 
 @lesson.register
@@ -402,38 +492,56 @@ class Q9FindSortingCentres(WriteCode):
     title = "Walk the real graph"
     function_name = "sorting_centres"
 
-    def grade_code(self, fn: LearnerFunction, part, variant):
+    def grade_code(self, fn, part, variant):
         import torch
 
-        graphs = dict(GRAPHS)
-        if variant == "hidden":
-            graphs.update(HIDDEN_GRAPHS)
-        findings, right = [], 0
+        graphs = dict(GRAPHS, **(HIDDEN_GRAPHS if variant == "hidden" else {}))
+        verdicts = []
         for name, code in graphs.items():
             torch.manual_seed(0)
             ns = {"torch": torch, "nn": torch.nn}
-            exec(compile(code, f"<graph {name}>", "exec"), ns)  # noqa: S102
-            expected = _reachable_leaves(ns["out"])
-            try:
-                run = run_learner(fn, ns["out"])
-            except LearnerCodeError as exc:
-                findings.append(Finding(False, f"graph `{name}`: your function raised {exc.summary}"))
-                continue
-            if _same_tensors(run.result, expected):
-                right += 1
-                findings.append(Finding(True, f"graph `{name}`: found all {len(expected)} "
-                                              "sorting centres."))
-            else:
-                got = len(run.result) if isinstance(run.result, list | tuple) else run.result
-                findings.append(Finding(
-                    False,
-                    f"graph `{name}`: expected the {len(expected)} leaf tensor(s) that require "
-                    f"grad, got {got!r}. Walk grad_fn.next_functions; an AccumulateGrad node's "
-                    "`.variable` is the leaf. A leaf output that requires grad is its own "
-                    "sorting centre; a tensor that does not require grad has none.",
-                    misconception="graph_is_all_leaves",
-                ))
-        return Verdict(self.qid, findings)
+            exec(compile(code, f"<graph {name}>", "exec"), ns)  # noqa: S102 -- our own graphs
+            out = ns["out"]
+
+            def run(out=out, name=name):
+                try:
+                    return run_learner(fn, out)
+                except LearnerCodeError as exc:  # say on which graph
+                    raise LearnerCodeError(f"{exc.summary}, on graph `{name}`",
+                                           exc.exc_type) from None
+
+            verdicts.append(score(self.qid, [_centres_requirement(name, out,
+                                                                  _reachable_leaves(out))], run))
+        return Verdict.merge(self.qid, verdicts)
+
+
+def _reference_grad(values: list[float], loss) -> list:
+    """The gradient torch computes for a fresh sorting centre with ``values``."""
+    import torch
+
+    ref = torch.tensor(values, requires_grad=True)
+    loss(ref).backward()
+    return tf.grad_values(ref)
+
+
+def _copy_error(fn):
+    """A crash whose cause is in the source: the copy line cut the centre off its history."""
+
+    def choose(exc: LearnerCodeError) -> str | None:
+        if "does not require grad" not in exc.summary:
+            return None
+        if ".detach()" in fn.source or ".data" in fn.source:
+            return "detach_keeps_grad"
+        if "torch.tensor(w" in fn.source:
+            return "detach_keeps_grad"
+        if "no_grad" in fn.source:
+            return "no_grad_result_has_history"
+        return None
+
+    return choose
+
+
+CENTRE = [1.0, 2.0, 3.0]  # the sorting centre of the buggy program in the notebook
 
 
 @lesson.register
@@ -441,33 +549,41 @@ class Q10RebuiltCentre(WriteCode):
     qid = "q10"
     title = "Find the bug: the sorting centre that became a transit station"
     function_name = "tune_centre"
+    starter = """\
+def tune_centre():
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = w * 1.0                      # "work on a copy, to be safe"
+    loss = (w ** 2).sum()
+    loss.backward()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
-        def leaf(run):
-            t = run.result
-            return tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t), \
-                "return the sorting centre itself: a leaf that requires grad"
+        want = _reference_grad(CENTRE, lambda w: (w ** 2).sum())  # the intended program
 
         def grad(run):
-            import torch
-
             t = run.result
-            g = tf.grad_values(t)
-            ref = torch.tensor(tf._tolist(t), requires_grad=True)  # same values, clean history
-            (ref ** 2).sum().backward()
-            want = tf.grad_values(ref)
-            return g is not None and values_equal(g, want), \
-                f".grad should be d/dw sum(w**2) = 2*w = {want}, found {g}"
+            g = tf.grad_values(t) if tf.is_tensor(t) else None
+            same = tf.is_tensor(t) and values_equal(tf._tolist(t), CENTRE)
+            return (same and g is not None and values_equal(g, want),
+                    f"torch's gradient of sum(w ** 2) for w = {CENTRE} is 2*w = {want}; your "
+                    f"tensor holds {tf._tolist(t) if tf.is_tensor(t) else t} with .grad {g}")
 
         def silent(run):
-            return not run.warnings, f"your function warned: {run.warnings}"
+            if not run.warnings:
+                return True
+            said = run.warnings[0]
+            myth = ("torch_tensor_silent" if "torch.tensor(sourceTensor)" in said
+                    or "copy construct" in said else
+                    "nonleaf_grad_silent" if "is not a leaf Tensor" in said else None)
+            return False, f"your function warned: {said[:160]}", myth
 
         return self.run_and_require(fn, [
-            Requirement("the returned tensor is a leaf that requires grad", leaf,
-                        "output_can_be_leaf"),
-            Requirement("its .grad holds d loss / d w = 2*w", grad, "nonleaf_grad_stored"),
-            Requirement("no warning is emitted", silent, "nonleaf_grad_silent"),
-        ], part)
+            Requirement("the returned `w` is a sorting centre: a leaf that requires grad",
+                        lambda run: is_parameter("w", run.result, theme="logistics")),
+            Requirement("its .grad holds torch's d loss / d w = 2*w", grad),
+            Requirement("no warning is emitted", silent),
+        ], part, on_error=_copy_error(fn))
 
 
 PARCEL_WEIGHTS = [1.0, 2.0, 3.0]  # the data of the buggy program in the notebook
@@ -478,25 +594,27 @@ class Q11Typo(WriteCode):
     qid = "q11"
     title = "Find the bug: require_grad"
     function_name = "weigh_parcels"
+    starter = """\
+def weigh_parcels():
+    w = torch.zeros(3)
+    w.require_grad = True
+    weights = torch.tensor([1.0, 2.0, 3.0])
+    (w * weights).sum().backward()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
-        def leaf(run):
-            t = run.result
-            return tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t), \
-                "w must be a leaf that requires grad"
+        import torch
+
+        want = _reference_grad([0.0] * 3, lambda w: (w * torch.tensor(PARCEL_WEIGHTS)).sum())
 
         def grad(run):
-            import torch
-
-            ref = torch.zeros(3, requires_grad=True)  # the intended program, run by torch
-            (ref * torch.tensor(PARCEL_WEIGHTS)).sum().backward()
-            want = tf.grad_values(ref)
-            g = tf.grad_values(run.result)
+            g = tf.grad_values(run.result) if tf.is_tensor(run.result) else None
             return g is not None and values_equal(g, want), \
-                f"w.grad should be the parcel weights {want}, found {g}"
+                f"torch's w.grad for this report is the parcel weights {want}; yours is {g}"
 
         return self.run_and_require(fn, [
-            Requirement("w is a leaf that requires grad", leaf, "require_grad_typo"),
-            Requirement("after backward, w.grad holds the parcel weights", grad,
-                        "require_grad_typo"),
+            Requirement("`w` is a sorting centre: a leaf that requires grad",
+                        lambda run: is_parameter("w", run.result, theme="logistics")),
+            Requirement("after backward, `w.grad` holds the parcel weights", grad),
         ], part)

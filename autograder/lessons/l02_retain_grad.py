@@ -9,13 +9,13 @@ code does to torch can change it), then compares.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from autograder import torchfacts as tf
 from autograder.encoding import ExceptionName, LearnerFunction
+from autograder.lessons.l01_leaves import describe, is_parameter
 from autograder.questions import (
-    CodeRun,
-    Finding,
     Item,
     LearnerCodeError,
     Lesson,
@@ -23,9 +23,8 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
-    myth_text,
-    raised_finding,
     run_learner,
+    score,
     values_equal,
 )
 
@@ -72,8 +71,8 @@ class Q1Accumulation(Predict):
     title = "Reports pile up"
     code = REPORTS
     items = [
-        Item("monday", "d/dw sum(parcels * w) = parcels, stored on the sorting centre w.", None),
-        Item("tuesday", "backward() adds into .grad: Tuesday's gradient 2*w is added on top of "
+        Item("monday", "Monday's report is d/dw sum(parcels * w) = parcels, filed on the sorting centre w."),
+        Item("tuesday", "`backward()` adds into .grad: Tuesday's gradient 2*w is added on top of "
              "Monday's parcels.", _tuesday_myth),
     ]
 
@@ -97,12 +96,10 @@ after_zeros = w.grad
 """
 
 
-def _zero_myth(given: Any, expected: Any) -> str | None:
-    if expected is None and given is not None:
-        return "zero_grad_fills_zeros"
-    if expected is not None and given is None:
-        return "zero_grad_fills_zeros"
-    return None
+def _cleared_to_zeros(given: Any, expected: Any) -> str | None:
+    """Zeros where torch 2 leaves None: the belief that clearing the desk files zeros."""
+    zeros = isinstance(given, list) and given and all(v == 0 for v in given)
+    return "zero_grad_fills_zeros" if expected is None and zeros else None
 
 
 @lesson.register
@@ -111,12 +108,14 @@ class Q2ZeroGrad(Predict):
     title = "What zero_grad() leaves behind"
     code = ZERO_GRAD
     items = [
-        Item("after_default", "since torch 2.0, zero_grad() sets .grad to None "
-             "(set_to_none=True is the default).", _zero_myth),
-        Item("alarm", "right after zero_grad() every healthy parameter has .grad None, so a "
-             "`grad is None` check raises a false alarm.", "grad_none_check_enough"),
-        Item("after_zeros", "zero_grad(set_to_none=False) keeps the tensor and fills it with "
-             "zeros: one 0.0 per element of w.", _zero_myth),
+        Item("after_default", "Since torch 2.0, zero_grad() sets .grad to None "
+             "(set_to_none=True is the default): the desk is cleared, no report is left on it.",
+             _cleared_to_zeros),
+        Item("alarm", "Right after zero_grad() every healthy parameter has .grad None (False "
+             "would mean a report is still on the desk), so a `grad is None` check raises a "
+             "false alarm.", "zero_grad_fills_zeros"),
+        Item("after_zeros", "`zero_grad(set_to_none=False)` keeps the tensor and fills it with "
+             "zeros: one 0.0 per element of w."),
     ]
 
     def facts(self, ns):
@@ -155,16 +154,13 @@ def _seen_myth(given: Any, expected: Any) -> str | None:
     return None
 
 
-def _late_flag_myth(given: Any, expected: Any) -> str | None:
-    if expected is True and given is False:
-        return "retains_grad_means_stored"
-    return None
+def _one_route(given: Any, expected: Any) -> str | None:
+    """original.grad with one route's report only: through the suspect or the late station."""
+    import torch
 
-
-def _leaf_flag_myth(given: Any, expected: Any) -> str | None:
-    if expected is False and given is True:
-        return "retains_grad_on_leaf"
-    return None
+    original = torch.tensor([2.0, 4.0])
+    routes = [[0.75, 0.75], (0.5 * 2 * original).tolist()]
+    return "one_route_only" if any(values_equal(given, r) for r in routes) else None
 
 
 @lesson.register
@@ -173,23 +169,23 @@ class Q3Monitors(Predict):
     title = "Monitors before and after the audit"
     code = MONITORS
     items = [
-        Item("suspect_station.grad", "check_result is the mean of 2 numbers, so d/d station = "
-             "1/2 for each; the monitor was installed before backward, so it is kept.", None,
+        Item("suspect_station.grad", "`check_result` is the mean of 2 numbers, so d/d station = "
+             "1/2 for each; the monitor was installed before backward, so it is kept.",
              part="grads"),
-        Item("seen", "the probe sees the gradient flowing through late_station during backward: "
+        Item("seen", "The probe sees the gradient flowing through late_station during backward: "
              "d check_result / d late_station = 1/2 for each element. Non-leaf gradients are "
              "computed; they are only not stored.", _seen_myth, part="grads"),
-        Item("late_station.grad", "retain_grad() after backward() comes too late: nothing was "
+        Item("late_station.grad", "`retain_grad()` after backward() comes too late: nothing was "
              "stored, and .grad stays None.", _late_myth, part="grads"),
-        Item("original.grad", "original reaches check_result by two routes: 0.5*1.5 through the "
+        Item("original.grad", "`original` reaches check_result by two routes: 0.5*1.5 through the "
              "suspect station plus 0.5*2*original through the late one; a leaf keeps the sum.",
-             None, part="grads"),
-        Item("late_station.retains_grad", "the flag records that retain_grad() was called, "
-             "even though it was called too late to store anything.", _late_flag_myth,
-             part="flags"),
-        Item("original.retains_grad", "retains_grad is about non-leaves: on a leaf "
+             _one_route, part="grads"),
+        Item("late_station.retains_grad", "The flag records that retain_grad() was called, "
+             "even though it was called too late to store anything.",
+             "retains_grad_means_stored", part="flags"),
+        Item("original.retains_grad", "`retains_grad` is about non-leaves: on a leaf "
              "retain_grad() is a no-op and the flag stays False (a leaf keeps .grad anyway).",
-             _leaf_flag_myth, part="flags"),
+             "retains_grad_on_leaf", part="flags"),
     ]
 
     def facts(self, ns):
@@ -255,11 +251,11 @@ class Q4Twice(Predict):
     title = "Backward twice"
     code = TWICE
     items = [
-        Item("second", "the first backward freed the x that `x * x` saved, so the second one "
+        Item("second", "The first backward freed the x that `x * x` saved, so the second one "
              "raises RuntimeError (answer the class, RuntimeError, or None).", _second_myth),
         Item("again", "`x + 1` and `sum` saved no tensors, so there was nothing to free: the "
              "second backward works (answer None).", _again_myth),
-        Item("x.grad", "every pass that ran added into x.grad: 2*x from the first `loss` pass "
+        Item("x.grad", "Every pass that ran added into x.grad: 2*x from the first `loss` pass "
              "(the failed one added nothing), then 1 per element from each of the two `plain` "
              "passes.", _twice_grad_myth),
     ]
@@ -293,8 +289,9 @@ param_grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in model.par
 """
 
 
+@functools.cache
 def _memory_facts() -> dict[str, int]:
-    """Q5's scenario, run once more: the myth choosers compare a wrong answer with it."""
+    """Q5's scenario, run once more (once per check): the myth chooser compares with it."""
     return Q5Memory().scenario()
 
 
@@ -304,17 +301,15 @@ def _mem_myth(key: str):
     def choose(given: Any, expected: Any) -> str | None:
         if not isinstance(given, int | float) or isinstance(given, bool):
             return None
-        facts = _memory_facts()
-        others = [v for k, v in facts.items() if k != key]
-        if any(values_equal(given, v) for v in others):
-            return "retain_cost_fixed"
-        return None
+        others = [v for k, v in _memory_facts().items() if k != key]
+        return "retain_cost_fixed" if any(values_equal(given, v) for v in others) else None
 
     return choose
 
 
 def _bytes_why(what: str) -> str:
-    return (f"{what} Count bytes: numel() * element_size(), and a float32 number takes 4 bytes.")
+    return (f"{what} Count bytes, not numbers: numel() * element_size(), and a float32 number "
+            "takes 4 bytes.")
 
 
 @lesson.register
@@ -339,23 +334,39 @@ class Q5Memory(Predict):
 # --------------------------------------------------------------------------- write code
 
 
-def _graph_freed(exc: LearnerCodeError) -> str | None:
-    """A second backward through a freed graph: the learner thinks the graph survives."""
-    if exc.exc_type == "RuntimeError" and ("second time" in exc.summary
-                                           or "retain_graph" in exc.summary):
-        return "graph_survives_backward"
-    return None
+def _monitor_after_backward(source: str) -> bool:
+    """Whether the learner's source installs its monitor after its (first) backward()."""
+    retain, backward = source.find(".retain_grad("), source.find(".backward(")
+    return retain >= 0 and backward >= 0 and retain > backward
 
 
-def _run(fn: LearnerFunction, *args) -> tuple[CodeRun | None, Finding | None]:
-    """Run the learner's function; a raise becomes a finding (naming a myth where we can)."""
-    try:
-        return run_learner(fn, *args), None
-    except LearnerCodeError as exc:
-        return None, raised_finding(exc, _graph_freed)
+def _missing_report(fn):
+    """A crash on a .grad that is None: the monitor came too late, or never."""
+
+    def choose(exc: LearnerCodeError) -> str | None:
+        if "'NoneType' object has no attribute" not in exc.summary:
+            return None
+        if _monitor_after_backward(fn.source):
+            return "retain_grad_after_backward"
+        return None if ".retain_grad(" in fn.source or "register_hook" in fn.source \
+            else "nonleaf_grad_stored"
+
+    return choose
 
 
-HIDDEN_CASES = {
+def _on_case(name: str, fn: LearnerFunction, *args):
+    """A run of the learner's function on one case; a crash says on which case."""
+
+    def run():
+        try:
+            return run_learner(fn, *args)
+        except LearnerCodeError as exc:
+            raise LearnerCodeError(f"{exc.summary}, on model `{name}`", exc.exc_type) from None
+
+    return run
+
+
+MODELS = {
     "visible": {
         "tanh": ("nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))", (5, 3)),
         "relu": ("nn.Sequential(nn.Linear(2, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(), "
@@ -380,11 +391,64 @@ def _build(spec: str, shape: tuple[int, int], dtype=None):
     return model, x
 
 
-def _cases(variant: str) -> dict:
-    cases = dict(HIDDEN_CASES["visible"])
-    if variant == "hidden":
-        cases.update(HIDDEN_CASES["hidden"])
-    return cases
+def _cases(table: dict, variant: str) -> dict:
+    return dict(table["visible"], **(table["hidden"] if variant == "hidden" else {}))
+
+
+def _audit(model, x) -> tuple[list, list]:
+    """Torch's reference audit: every station (layer output) monitored, then backward on the
+    last one's sum. Returns the stations and their kept gradients."""
+    h, stations = x, []
+    for layer in model:
+        h = layer(h)
+        h.retain_grad()
+        stations.append(h)
+    h.sum().backward()
+    return stations, [tf._grad(s) for s in stations]
+
+
+def _first_station_requirement(name: str, spec, shape, fn: LearnerFunction) -> Requirement:
+    model, x = _build(spec, shape)
+    stations, grads = _audit(model, x)  # the reference, computed before any learner code runs
+    want = tf._tolist(grads[0])
+    weight = tf.grad_values(model[0].weight)
+    layers = [type(layer).__name__ for layer in model]
+
+    def test(run):
+        got = run.result
+        if got is None:
+            if any("not a leaf" in w for w in run.warnings):
+                return False, "you returned None, and torch warned that you read the .grad of " \
+                    "a transit station without a monitor: backward computes that report but " \
+                    "files it nowhere unless retain_grad() was called first", "nonleaf_grad_stored"
+            if _monitor_after_backward(fn.source):
+                return False, "you returned None: your retain_grad() comes after backward(), " \
+                    "when the report has already passed", "retain_grad_after_backward"
+            return False, "you returned None: the station you monitored was not on the route " \
+                "backward took. Run the later layers on that very tensor: `model(x)` makes new, " \
+                "unmonitored stations", "monitor_watches_layer"
+        if not tf.is_tensor(got):
+            return False, f"you returned {type(got).__name__}: return the tensor in `.grad`"
+        values = tf._tolist(got)
+        if values_equal(values, want, 1e-4):
+            return True
+        for k, g in enumerate(grads[1:], start=1):
+            if values_equal(values, tf._tolist(g), 1e-4):
+                return False, f"that is the report at the output of layer {k} (`{layers[k]}`), " \
+                    "not of `model[0]`: monitor the first station"
+        if weight is not None and values_equal(values, weight, 1e-4):
+            return False, "that is the report of `model[0].weight`, the layer's sorting centre: " \
+                "a monitor watches one tensor, here the layer's output", "monitor_watches_layer"
+        if values_equal(values, [[2 * v for v in row] for row in want], 1e-4):
+            return False, "that is twice torch's report: backward ran twice and the reports " \
+                "added up", "grad_accumulates_not"
+        if values_equal(values, tf._tolist(stations[0]), 1e-4):
+            return False, "that is the station's own value: return its `.grad`"
+        return False, f"torch's report at `model[0]`'s output has shape {list(grads[0].shape)}; " \
+            f"yours has shape {list(got.shape)} and other values"
+
+    return Requirement(f"model `{name}` ({' -> '.join(layers)}): the report kept at the first "
+                       "station is torch's", test)
 
 
 @lesson.register
@@ -394,49 +458,13 @@ class Q6HiddenGradient(WriteCode):
     function_name = "first_station_grad"
 
     def grade_code(self, fn, part, variant):
-        import torch
-
-        findings, right = [], 0
-        cases = _cases(variant)
-        for name, (spec, shape) in cases.items():
-            model, x = _build(spec, shape)
-            h = model[0](x)  # the reference, computed before any learner code runs
-            out = h
-            for layer in list(model)[1:]:
-                out = layer(out)
-            (want,) = torch.autograd.grad(out.sum(), h)
-            want = tf._tolist(want)
-            run, problem = _run(fn, model, x)
-            if problem:
-                problem.text = f"model `{name}`: {problem.text}"
-                findings.append(problem)
-                continue
-            got = run.result
-            if got is None:
-                findings.append(Finding(
-                    False, f"model `{name}`: you returned None. Call retain_grad() on the first "
-                    "station *before* backward(), then return its .grad. [Misconception: "
-                    f"{myth_text('retain_grad_after_backward')}.]",
-                    misconception="retain_grad_after_backward"))
-            elif not tf.is_tensor(got):
-                findings.append(Finding(False, f"model `{name}`: return a tensor, not "
-                                               f"{type(got).__name__}."))
-            elif values_equal(tf._tolist(got), want, 1e-4):
-                right += 1
-                findings.append(Finding(True, f"model `{name}`: the gradient at the first "
-                                              "station is right."))
-            else:
-                findings.append(Finding(
-                    False, f"model `{name}`: expected d model(x).sum() / d model[0](x) "
-                    f"(shape {list(h.shape)}), got values of shape {list(got.shape)}: "
-                    "retain the *output of model[0]*, not x or a parameter."))
-            if run.warnings:
-                findings.append(Finding(
-                    False, f"model `{name}`: your function warned ({run.warnings[0][:90]}...): "
-                    "it read .grad of a non-leaf that kept nothing. [Misconception: "
-                    f"{myth_text('nonleaf_grad_silent')}.]",
-                    misconception="nonleaf_grad_silent"))
-        return Verdict(self.qid, findings)
+        verdicts = []
+        for name, (spec, shape) in _cases(MODELS, variant).items():
+            requirement = _first_station_requirement(name, spec, shape, fn)
+            model, x = _build(spec, shape)  # a fresh copy for the learner
+            verdicts.append(score(self.qid, [requirement], _on_case(name, fn, model, x),
+                                  on_error=_missing_report(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 BYTES_CASES = {
@@ -454,18 +482,45 @@ BYTES_CASES = {
 }
 
 
-def _reference_retained(model, x) -> tuple[int, int, int]:
-    """(retained bytes, their element count, parameter-grad bytes) for one step."""
-    h = x
-    stations = []
-    for layer in model:
-        h = layer(h)
-        h.retain_grad()
-        stations.append(h)
-    h.sum().backward()
-    grads = [tf._grad(s) for s in stations]
-    params = [p for p in model.parameters()]
-    return _nbytes(grads), sum(int(g.numel()) for g in grads), _nbytes(params)
+def _bytes_requirement(name: str, spec, shape, dtype, fn: LearnerFunction) -> Requirement:
+    import torch
+
+    model, x = _build(spec, shape, getattr(torch, dtype) if dtype else None)
+    _, grads = _audit(model, x)  # the reference
+    want, count = _nbytes(grads), sum(int(g.numel()) for g in grads)
+    size = int(grads[0].element_size())
+    params = _nbytes(list(model.parameters()))
+    last = _nbytes(grads[-1:])
+
+    def test(run):
+        got = run.result
+        if tf.is_tensor(got) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, int | float) or isinstance(got, bool):
+            return False, f"you returned {type(got).__name__}: return the number of bytes (an int)"
+        if values_equal(got, want, 1e-9):
+            return True
+        said = f"torch's monitors keep {want} bytes; you returned {got!r}"
+        if values_equal(got, count * 4, 1e-9) and size != 4:
+            return False, f"{said}, 4 bytes per element: these are {dtype} numbers of " \
+                f"{size} bytes each: ask `element_size()`", "float_is_four_bytes"
+        if values_equal(got, count, 1e-9):
+            return False, f"{said}, the number of elements: multiply by `element_size()`"
+        if values_equal(got, params, 1e-9):
+            return False, f"{said}, what the parameters take: a retained .grad has the shape of " \
+                "its station (batch x features), not of a parameter", "retain_cost_fixed"
+        if values_equal(got, want + params, 1e-9):
+            return False, f"{said}: that adds the parameters' .grad; count the monitors' only"
+        if values_equal(got, last, 1e-9):
+            return False, f"{said}, the last station's alone: retain every layer's output"
+        if values_equal(got, 0, 1e-9):
+            myth = "retain_grad_after_backward" if _monitor_after_backward(fn.source) else None
+            return False, f"{said}: nothing was kept. Call retain_grad() on every station " \
+                "before backward()", myth
+        return False, f"{said}. Retain every layer's output, backward the last one's sum, and " \
+            "add numel() * element_size() of each retained .grad"
+
+    return Requirement(f"model `{name}`: the bytes the monitors keep", test)
 
 
 @lesson.register
@@ -477,46 +532,21 @@ class Q7RetainedBytes(WriteCode):
     def grade_code(self, fn, part, variant):
         import torch
 
-        cases = dict(BYTES_CASES["visible"])
-        if variant == "hidden":
-            cases.update(BYTES_CASES["hidden"])
-        findings, right = [], 0
-        for name, (spec, shape, dtype) in cases.items():
+        verdicts = []
+        for name, (spec, shape, dtype) in _cases(BYTES_CASES, variant).items():
+            requirement = _bytes_requirement(name, spec, shape, dtype, fn)
             model, x = _build(spec, shape, getattr(torch, dtype) if dtype else None)
-            want, count, param_bytes = _reference_retained(model, x)
-            model, x = _build(spec, shape, getattr(torch, dtype) if dtype else None)
-            run, problem = _run(fn, model, x)
-            if problem:
-                problem.text = f"model `{name}`: {problem.text}"
-                findings.append(problem)
-                continue
-            got = run.result
-            if values_equal(got, want, 1e-9):
-                right += 1
-                findings.append(Finding(True, f"model `{name}`: {want} bytes -- right."))
-                continue
-            text = f"model `{name}`: expected {want} bytes, got {got!r}."
-            myth = None
-            if values_equal(got, count, 1e-9):
-                text += " That is the number of elements: multiply by element_size() (4 bytes " \
-                        "for float32, 8 for float64)."
-            elif values_equal(got, param_bytes, 1e-9):
-                myth = "retain_cost_fixed"
-                text += " That is what the parameters' grads take: a retained .grad has the " \
-                        "shape of its station (batch x features)."
-            elif values_equal(got, 0, 1e-9):
-                myth = "retain_grad_after_backward"
-                text += " Nothing was kept: call retain_grad() on every station before backward()."
-            else:
-                text += " Retain the output of every layer, run backward on the last one's " \
-                        "sum, and add numel() * element_size() of each retained .grad."
-            if myth:
-                text += f" [Misconception: {myth_text(myth)}.]"
-            findings.append(Finding(False, text, misconception=myth))
-        return Verdict(self.qid, findings)
+            verdicts.append(score(self.qid, [requirement], _on_case(name, fn, model, x),
+                                  on_error=_missing_report(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- find the bug
+
+
+def _centre_requirement() -> Requirement:
+    return Requirement("`w` is still the sorting centre",
+                       lambda run: is_parameter("w", run.result, theme="logistics"))
 
 
 @lesson.register
@@ -524,6 +554,15 @@ class Q8LateMonitor(WriteCode):
     qid = "q8"
     title = "Find the bug: the monitor that arrived after the audit"
     function_name = "audit_station"
+    starter = """\
+def audit_station():
+    centre = torch.tensor([2.0, 4.0], requires_grad=True)
+    station = centre * 1.5                 # Double-11: watch this transit station
+    report = (station ** 2).mean()
+    report.backward()
+    station.retain_grad()                  # install the monitor
+    return station
+"""
 
     def grade_code(self, fn, part, variant):
         import torch
@@ -536,27 +575,54 @@ class Q8LateMonitor(WriteCode):
 
         def still_station(run):
             t = run.result
-            return (tf.is_tensor(t) and not tf.is_leaf(t),
-                    "return the transit station itself (a non-leaf made from centre)")
+            if tf.is_tensor(t) and not tf.is_leaf(t):
+                return True
+            return False, describe("station", t, theme="logistics") + \
+                ": return the transit station itself, made from `centre`"
 
         def kept(run):
-            g = tf.grad_values(run.result)
-            return (g is not None and values_equal(g, want),
-                    f"station.grad should be d report / d station = {want}, found {g}")
-
-        def flagged(run):
-            return tf.retains_grad(run.result), "the station should carry a monitor"
+            t = run.result
+            g = tf.grad_values(t) if tf.is_tensor(t) else None
+            if g is not None and values_equal(g, want):
+                return True
+            if g is None and tf.is_tensor(t) and tf.retains_grad(t):
+                return False, "the monitor is there (`retains_grad` is True) but `.grad` is " \
+                    "None: it was installed after the audit", "retain_grad_after_backward"
+            if g is None:
+                return False, "`.grad` is None and the station has no monitor: backward files " \
+                    "no report on a transit station by itself", "nonleaf_grad_stored"
+            if values_equal(g, [2 * v for v in want]):
+                return False, f"torch's report is {want}; yours is twice that: backward ran " \
+                    "twice and the reports added up", "grad_accumulates_not"
+            return False, f"torch's report at the station is {want}; yours is {g}"
 
         return self.run_and_require(fn, [
-            Requirement("the returned tensor is still the transit station", still_station,
-                        "output_can_be_leaf"),
-            Requirement("the station carries a monitor (retains_grad)", flagged),
-            Requirement("its .grad holds the gradient of the report", kept,
-                        "retain_grad_after_backward"),
-        ], part, on_error=_graph_freed)
+            Requirement("the returned tensor is still the transit station", still_station),
+            Requirement("its .grad holds torch's report d report / d station", kept),
+        ], part)
 
 
-TRAIN_START, TRAIN_TARGET, TRAIN_LR, TRAIN_STEPS = [1.0, -1.0], [3.0, 2.0], 0.1, 3
+TRAIN_START, TRAIN_TARGET, TRAIN_LR = [1.0, -1.0], [3.0, 2.0], 0.1
+TRAIN_STEPS = {"visible": [3], "hidden": [3, 1, 6]}  # 3 is the notebook's default
+
+
+def _train(steps: int, clear: bool) -> list:
+    """Torch's training loop of the notebook, with (``clear``) or without zero_grad()."""
+    import torch
+
+    w = torch.tensor(TRAIN_START, requires_grad=True)
+    target = torch.tensor(TRAIN_TARGET)
+    opt = torch.optim.SGD([w], lr=TRAIN_LR)
+    for _ in range(steps):
+        if clear:
+            opt.zero_grad()
+        ((w - target) ** 2).sum().backward()
+        opt.step()
+    return tf._tolist(w)
+
+
+def _clears(source: str) -> bool:
+    return any(s in source for s in ("zero_grad(", "grad.zero_(", "grad = None"))
 
 
 @lesson.register
@@ -564,35 +630,61 @@ class Q9PilingReports(WriteCode):
     qid = "q9"
     title = "Find the bug: reports that pile up"
     function_name = "train_centre"
+    starter = """\
+def train_centre(steps=3):
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    target = torch.tensor([3.0, 2.0])
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(steps):
+        loss = ((w - target) ** 2).sum()
+        loss.backward()
+        opt.step()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
-        import torch
+        def trained(steps: int) -> Requirement:
+            want, piled = _train(steps, clear=True), _train(steps, clear=False)
 
-        w = torch.tensor(TRAIN_START, requires_grad=True)  # the intended loop, run first
-        target = torch.tensor(TRAIN_TARGET)
-        opt = torch.optim.SGD([w], lr=TRAIN_LR)
-        for _ in range(TRAIN_STEPS):
-            opt.zero_grad()
-            ((w - target) ** 2).sum().backward()
-            opt.step()
-        want = tf._tolist(w)
+            def test(run):
+                got = tf._tolist(run.result) if tf.is_tensor(run.result) else run.result
+                if values_equal(got, want):
+                    return True
+                said = f"torch's loop ends at {[round(v, 4) for v in want]}; yours at " \
+                    f"{[round(v, 4) for v in got] if isinstance(got, list) else got!r}"
+                if steps != 3 and values_equal(got, _train(3, clear=True)):
+                    return False, f"{said}, where 3 steps end: let the loop run `steps` times"
+                if values_equal(got, TRAIN_START) and steps:
+                    return False, f"{said}: w never moved, the report was cleared before " \
+                        "step() could use it", "zero_grad_misplaced" if _clears(fn.source) else None
+                if values_equal(got, piled):
+                    if _clears(fn.source):
+                        return False, f"{said}, as if nothing were cleared: clear the desk in " \
+                            "every step, before `backward()`", "zero_grad_misplaced"
+                    return False, f"{said}: every step's report piled on the last", \
+                        "grad_accumulates_not"
+                if not _clears(fn.source):
+                    return False, f"{said}: your loop never clears the desk, so every step's " \
+                        "report piles on the last", "grad_accumulates_not"
+                return False, said
 
-        def trained(run):
-            t = run.result
-            got = tf._tolist(t)
-            return (values_equal(got, want),
-                    f"after {TRAIN_STEPS} steps w should be {[round(v, 4) for v in want]}, "
-                    f"found {[round(v, 4) for v in got]}")
+            return Requirement(f"after {steps} step(s) `w` is where torch's loop, each step "
+                               "using its own report, puts it", test)
 
-        def centre(run):
-            t = run.result
-            return (tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t),
-                    "return the sorting centre w (a leaf that requires grad)")
+        steps = TRAIN_STEPS[variant if variant in TRAIN_STEPS else "visible"]
+        verdicts = [self.run_and_require(fn, [_centre_requirement(), trained(steps[0])], part)]
+        verdicts += [score(self.qid, [trained(n)], lambda n=n: run_learner(fn, n), part)
+                     for n in steps[1:]]
+        return Verdict.merge(self.qid, verdicts)
 
-        return self.run_and_require(fn, [
-            Requirement("w is still the sorting centre", centre),
-            Requirement("each step used only its own gradient", trained, "grad_accumulates_not"),
-        ], part, on_error=_graph_freed)
+
+def _detached(fn):
+    def choose(exc: LearnerCodeError) -> str | None:
+        if "does not require grad" in exc.summary and ".detach()" in fn.source:
+            return "detach_keeps_grad"
+        return None
+
+    return choose
 
 
 @lesson.register
@@ -600,27 +692,45 @@ class Q10TwoReports(WriteCode):
     qid = "q10"
     title = "Find the bug: two reports from one route"
     function_name = "audit_two_reports"
+    starter = """\
+def audit_two_reports():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    station = w.exp()                      # exp saves its result for backward
+    speed = station.sum()
+    cost = (station * station).sum()
+    speed.backward()
+    cost.backward()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
         import torch
 
-        w = torch.tensor([1.0, 2.0], requires_grad=True)  # the intended audit, run first
-        station = w.exp()
-        (station.sum() + (station * station).sum()).backward()
-        want = tf.grad_values(w)
+        def report(loss) -> list:  # the intended audit, run by torch first
+            w = torch.tensor([1.0, 2.0], requires_grad=True)
+            station = w.exp()
+            loss(station).backward()
+            return tf.grad_values(w)
 
-        def centre(run):
-            t = run.result
-            return (tf.is_tensor(t) and tf.is_leaf(t) and tf.requires_grad(t),
-                    "return the sorting centre w (a leaf that requires grad)")
+        want = report(lambda s: s.sum() + (s * s).sum())
+        speed, cost = report(lambda s: s.sum()), report(lambda s: (s * s).sum())
 
         def both(run):
-            g = tf.grad_values(run.result)
-            ok = g is not None and values_equal(g, want, 1e-4)
-            return ok, (f"w.grad should hold the gradients of both reports added up, {want}, "
-                        f"found {g}")
+            g = tf.grad_values(run.result) if tf.is_tensor(run.result) else None
+            if g is not None and values_equal(g, want, 1e-4):
+                return True
+            said = f"torch's w.grad for both reports is {[round(v, 3) for v in want]}; yours " \
+                f"is {g if g is None else [round(v, 3) for v in g]}"
+            if g is not None and values_equal(g, speed, 1e-4):
+                myth = "detach_in_loss_harmless" if ".detach()" in fn.source else None
+                return False, f"{said}, the gradient of `speed` alone: no report came back " \
+                    "from `cost`", myth
+            if g is not None and values_equal(g, cost, 1e-4):
+                return False, f"{said}, the gradient of `cost` alone: `speed`'s report was " \
+                    "lost or cleared"
+            return False, said
 
         return self.run_and_require(fn, [
-            Requirement("w is still the sorting centre", centre),
-            Requirement("w.grad holds d(speed + cost)/dw", both),
-        ], part, on_error=_graph_freed)
+            _centre_requirement(),
+            Requirement("`w.grad` holds torch's d(speed + cost)/dw", both),
+        ], part, on_error=_detached(fn))
