@@ -712,7 +712,7 @@ class Q5MakeModel(Piece):
             return True
 
         return [
-            need(f"`gain` is registered: `model.named_parameters()` lists it{where}", registered,
+            need(f"`gain` is registered as one of the network's parameters{where}", registered,
                  "gain"),
             need("`gain` is a sorting centre: a leaf that requires grad, with 16 entries",
                  centre, "gain"),
