@@ -12,6 +12,7 @@ _LAZY = {  # public name -> submodule
     "tensor_table": "facts",
     "caught_warnings": "facts",
     "finite_difference": "facts",
+    "assert_close": "facts",
     "quiet_grad": "facts",
     "build_graph": "graph",
     "draw_graph": "draw",

@@ -140,3 +140,23 @@ def finite_difference(f, x, eps: float = 1e-3):
         step = step.view_as(x)
         flat[i] = (f(x + step) - f(x - step)) / (2 * eps)
     return grad
+
+
+def assert_close(actual, expected, rtol: float = 1.3e-6, atol: float = 1e-5) -> None:
+    """Raise AssertionError unless two tensors have the same shape and close values.
+
+    The check the notebooks make against hand-computed and finite-difference gradients: the
+    tolerance rule of ``torch.testing.assert_close`` (``|a - e| <= atol + rtol * |e|``, float32
+    defaults) on values compared in float64, without the 2 s that its first call spends
+    importing ``torch.distributed``.
+    """
+    import torch
+
+    a = torch.as_tensor(actual).detach().to(torch.float64)
+    e = torch.as_tensor(expected).detach().to(torch.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"shapes differ: {tuple(a.shape)} and {tuple(e.shape)}")
+    if not torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        worst = (a - e).abs().max().item()
+        raise AssertionError(f"values differ by up to {worst:.3g} (allowed: {atol:g} + "
+                             f"{rtol:g} * |expected|):\n{a.tolist()}\n{e.tolist()}")

@@ -44,6 +44,7 @@ CORE_PRELOAD = [
     "torch.nn",
     "torch.testing",
     "torch.distributed.tensor",  # what torch.testing.assert_close imports on first use (~2 s)
+    "torch._dynamo",  # what the first optimizer imports (~1.5 s); the oracle imports it too
     "autograder",
     "autograder.client",
     "autograder.oracle",
