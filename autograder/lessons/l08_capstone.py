@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import math
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -46,25 +45,6 @@ from autograder.questions import (
 
 lesson = Lesson("08_capstone", "Capstone: a broken training loop")
 
-
-def _in_a_forked_check() -> bool:
-    """Whether this import happens inside one forked check (not the oracle's preload)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_evaluate_forked" and \
-                frame.f_code.co_filename.endswith("oracle.py"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-if not _in_a_forked_check():
-    # The first optimizer a process makes imports torch._dynamo (about 2 s). Made here, when
-    # the oracle preloads this lesson, that is paid once by the process every check is forked
-    # from, instead of by every check that trains (q2's scenario, q5, q8, q9).
-    import torch
-
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
 
 # --------------------------------------------------------------------------- the script
 
