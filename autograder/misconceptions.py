@@ -697,7 +697,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         section="6. Case 5: control flow that silently kills a branch",
     ),
     "grad_none_means_vanished": Misconception(
-        "thinks `.grad` is None when the gradient vanished",
+        "thinks `grad is None` means the gradient vanished",
         "None only says that no report was filed: there is no recorded route back (never used, "
         "detach(), no_grad(), a comparison), or zero_grad() has just cleared the desk. A "
         "gradient that faded or died on the way is still a tensor, of tiny numbers or of zeros; "

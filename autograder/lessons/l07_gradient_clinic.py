@@ -1,12 +1,17 @@
 """Lesson 07, the gradient clinic: the questions of ``source/07_gradient_clinic/07_gradient_clinic.ipynb``.
 
-Seed 004's five "where did my gradient go?" scenarios, plus true vanishing gradients, as
-debugging cases. Every expected answer is read off live torch when the question is checked: a
-predict question runs the very code the notebook shows (``code``) and reads the facts with
-:mod:`autograder.torchfacts`; a find-the-bug question runs the learner's repaired function for a
-few dozen training steps on a fixed-seed tiny problem, next to a reference run done by torch at
-the same moment, and compares what each parameter received and how far the loss fell (never
-typed-in numbers).
+The five "where did my gradient go?" cases of the five-scenarios article, plus true vanishing
+gradients, as debugging cases. Every expected answer is read off live torch when the question
+is checked: a predict question runs the very code the notebook shows (``code``) and reads the
+facts with :mod:`autograder.torchfacts`; a find-the-bug question runs the learner's repaired
+function on the clinic's tiny problem next to a reference computation done by torch in the same
+check (the gradients of one backward, and a short training run done once per check), and
+compares what each parameter received and where the loss ended (never typed-in numbers).
+
+A misconception is named only from evidence: the value a learner predicted, what torch reports
+about what their code did (a gradient of zeros or ``None``, a gradient that differs from
+torch's reference, a ``.grad`` that holds every step's report, a warning, an exception), or the
+switch their code used (``.data``, ``detach()``, ``no_grad()``, a comparison).
 """
 
 from __future__ import annotations
@@ -15,33 +20,108 @@ import copy
 import math
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName
+from autograder.encoding import ExceptionName, LearnerFunction
+from autograder.misconceptions import diagnose_error
 from autograder.questions import (
-    Finding,
+    WRONG,
     Item,
     LearnerCodeError,
     Lesson,
     Predict,
     Requirement,
-    Verdict,
     WriteCode,
     define_learner,
     learner_namespace,
-    myth_text,
     run_learner,
-    score_requirements,
+    score,
     values_equal,
 )
 
 lesson = Lesson("07_gradient_clinic", "The gradient clinic")
 
-A = "07_gradient_clinic"
+
+# --------------------------------------------------------------------------- small helpers
 
 
 def _error(ns: dict, name: str):
     err = ns.get(name)
     return None if err is None else ExceptionName(type(err).__name__)
+
+
+def _flat(values: Any) -> list[float]:
+    if isinstance(values, list | tuple):
+        return [v for item in values for v in _flat(item)]
+    return [float(values)]
+
+
+def _values(t: Any) -> Any:
+    """A tensor's values as (nested) Python floats, read with torch's own descriptors."""
+    return tf._tolist(t) if tf.is_tensor(t) else t
+
+
+def _close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        fa, fb = _flat(_values(a)), _flat(_values(b))
+    except (TypeError, ValueError):
+        return False
+    return len(fa) == len(fb) and all(
+        math.isfinite(x) and abs(x - y) <= atol + rtol * abs(y) for x, y in zip(fa, fb, strict=True))
+
+
+def _max_abs(values: Any) -> float:
+    return max((abs(v) for v in _flat(_values(values))), default=0.0)
+
+
+def _number(value: Any) -> float | None:
+    """A float from a number or a one-element tensor (``norm()`` with or without ``.item()``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if tf.is_tensor(value):
+        flat = _flat(tf._tolist(value))
+        return flat[0] if len(flat) == 1 else None
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > 160:
+        first = first[:157].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}: {first}"
+
+
+def _uses(fn: LearnerFunction, *words: str) -> bool:
+    """Whether the learner's code uses one of ``words`` (``.data``, ``detach(``, ...)."""
+    return any(w in fn.source for w in words)
+
+
+def _crash(exc: BaseException, where: str) -> LearnerCodeError:
+    """An exception raised by torch while the checker used what the learner's code made."""
+    return LearnerCodeError(f"{_first_line(exc)} ({where})", type(exc).__name__)
+
+
+def _names(items: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in items)
+
+
+def _given(what: str, key: str = "out"):
+    """Decorate a requirement's test: it first needs the learner's result (``facts[key]``) to be
+    ``what``; ``facts["type"]`` names what was returned instead."""
+    def wrap(test):
+        def checked(facts):
+            if facts.get(key) is None:
+                return False, f"return {what}, not `{facts['type']}`"
+            return test(facts)
+        return checked
+    return wrap
 
 
 # --------------------------------------------------------------------------- predict
@@ -70,41 +150,37 @@ opt.zero_grad()
 after_zero_grad = check_grad_flow(router)
 """
 
-_ALL_ROUTER = ["main.weight", "main.bias", "side.weight", "side.bias"]
-
 
 def _alarm_backward_myth(given: Any, expected: Any) -> str | None:
     if isinstance(given, list) and any(str(n).startswith("side") for n in given):
-        return "zero_gradient_is_none"
-    return "grad_none_check_enough"
-
-
-def _side_grad_myth(given: Any, expected: Any) -> str | None:
-    return "zero_gradient_is_none" if given is None else None
+        return "zero_gradient_is_none"  # the route multiplied by 0 taken for no route
+    return None
 
 
 def _zero_grad_myth(given: Any, expected: Any) -> str | None:
-    if isinstance(given, list) and len(given) < len(expected):
-        return "zero_grad_fills_zeros"
+    if isinstance(given, list) and set(map(str, given)) < set(expected):
+        return "zero_grad_fills_zeros"  # some parameter still has a .grad after zero_grad()
     return None
 
 
 @lesson.register
 class Q1Alarm(Predict):
     qid = "q1"
-    title = "The seed's alarm"
+    title = "The alarm of the parcel-sorting article"
     code = ALARM
     items = [
-        Item("after_backward", "every parameter took part in the forward pass, so backward "
-             "stored a gradient on each: the side route's gradient is a tensor of zeros, not "
-             "None. The alarm stays silent although side never learns. Give the list of names "
-             "in named_parameters() order ([] for none).", _alarm_backward_myth, part="zeros"),
-        Item("side_grad", "side(x) * 0.0 is a recorded multiplication: the route back to side "
-             "exists and carries 0. The report arrives, and says 0.", _side_grad_myth,
+        Item("after_backward", "every parameter took part in the forward pass, so backward filed "
+             "a report on each: `side`'s is a tensor of zeros, not `None`. The alarm stays silent "
+             "although `side` never learns. Give the names in `named_parameters()` order (`[]` "
+             "for none).", _alarm_backward_myth, part="zeros"),
+        Item("side_grad", "`side(x) * 0.0` is a recorded multiplication: the route back to "
+             "`side` exists and carries 0. The report arrives, and says 0 (a nested list: one "
+             "row of two weights).",
+             lambda given, expected: "zero_gradient_is_none" if given is None else None,
              part="zeros"),
-        Item("after_zero_grad", "since torch 2.0, zero_grad() sets every .grad to None "
-             "(set_to_none=True): right after it, the alarm names every parameter, healthy or "
-             "not. Give the names in named_parameters() order.", _zero_grad_myth,
+        Item("after_zero_grad", "since torch 2.0, `zero_grad()` sets every `.grad` to `None` "
+             "(`set_to_none=True`): right after it, the alarm names every parameter, healthy or "
+             "not. Give the names in `named_parameters()` order.", _zero_grad_myth,
              part="zero_grad"),
     ]
 
@@ -150,26 +226,20 @@ with torch.no_grad():             # seed 004: "step() in the wrong place"
 """
 
 
-def _mul_myth(given: Any, expected: Any) -> str | None:
-    return "inplace_always_fatal" if given is not None else None
-
-
-def _sigmoid_myth(given: Any, expected: Any) -> str | None:
-    return "inplace_grad_none" if given is None else None
+def _is_zeros(value: Any) -> bool:
+    try:
+        flat = _flat(value.values if hasattr(value, "values") else value)
+    except (TypeError, ValueError):
+        return False
+    return bool(flat) and all(v == 0 for v in flat)
 
 
 def _d_myth(given: Any, expected: Any) -> str | None:
-    return "no_grad_branch_counts" if given is not None else None
-
-
-def _e_myth(given: Any, expected: Any) -> str | None:
-    return "no_grad_result_unusable" if given is None else None
-
-
-def _step_myth(given: Any, expected: Any) -> str | None:
-    if isinstance(given, list) and values_equal(given, [1.0, -1.0]):
-        return "step_inside_no_grad_breaks"
-    return None
+    if given is None:
+        return None
+    if _is_zeros(given):
+        return "grad_none_means_vanished"  # the unrecorded route taken for a route carrying 0
+    return "no_grad_branch_counts" if isinstance(given, list) else None
 
 
 @lesson.register
@@ -178,21 +248,36 @@ class Q2Loud(Predict):
     title = "In-place and no_grad(): loud, silent or harmless?"
     code = LOUD
     items = [
-        Item("error_mul", "mul by a number saves nothing of z for backward, so changing z in "
-             "place breaks nothing: backward runs and a.grad = 3 * b. Answer RuntimeError or "
-             "None.", _mul_myth, part="inplace"),
-        Item("error_sigmoid", "sigmoid saved its output s for backward; s.mul_(2) bumped its "
-             "version counter, so backward raises RuntimeError ('modified by an inplace "
-             "operation'). It never silently drops the gradient.", _sigmoid_myth,
+        Item("error_mul", "mul by a number saves nothing of `z` for backward, so changing `z` in "
+             "place breaks nothing: backward runs and `a.grad = 3 * b`. Answer `RuntimeError` or "
+             "`None`.",
+             lambda given, expected: "inplace_always_fatal" if isinstance(given, str) else None,
              part="inplace"),
-        Item("d.grad", "the route through d was never recorded (doubled has no grad_fn): d gets "
-             "nothing, silently. Answer None or a list.", _d_myth, part="no_grad"),
-        Item("e.grad", "doubled works as a constant (bottled sauce): e still gets its gradient, "
-             "d(sum(doubled * e))/de = doubled = [2.0, 4.0].", _e_myth, part="no_grad"),
-        Item("w", "step() already switches grad off while it updates, so the extra no_grad() "
-             "changes nothing: w - 0.5 * 2w = 0. Give the values as a list.", _step_myth,
+        Item("error_sigmoid", "sigmoid saved its output `s` for backward; `s.mul_(2)` bumped its "
+             "version counter, so backward raises `RuntimeError` (\"modified by an inplace "
+             "operation\").", part="inplace"),
+        Item("d.grad", "the route through `d` was never recorded (`doubled` has no `grad_fn`): "
+             "`d` gets no report at all, silently, so `d.grad` stays `None`.", _d_myth,
+             part="no_grad"),
+        Item("e.grad", "`doubled` works as a constant (bottled sauce): `e` still gets its "
+             "gradient, d(sum(doubled * e))/de = doubled = [2.0, 4.0].",
+             lambda given, expected: "no_grad_result_unusable" if given is None else None,
+             part="no_grad"),
+        Item("w", "`step()` already switches grad off while it updates, so the extra "
+             "`no_grad()` changes nothing: w - 0.5 * 2w = 0. Give the values as a list.",
+             lambda given, expected: ("step_inside_no_grad_breaks"
+                                      if values_equal(given, [1.0, -1.0]) else None),
              part="no_grad"),
     ]
+
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        if item.key == "error_sigmoid" and finding.status == WRONG and answer.get(item.key) is None:
+            # no error expected from overwriting sigmoid's output: if the product's edit was
+            # expected to raise, the two were swapped (what each saves); else nothing is checked
+            swapped = isinstance(answer.get("error_mul"), str)
+            finding.misconception = "saved_values_confused" if swapped else "inplace_never_checked"
+        return finding
 
     def facts(self, ns):
         return {
@@ -227,7 +312,7 @@ y_cut = tricky_forward(x.detach(), True)
 
 
 def _grads_myth(given: Any, expected: Any) -> str | None:
-    if isinstance(given, list) and any(g is None for g in given):
+    if given is None or (isinstance(given, list) and any(g is None for g in given)):
         return "zero_gradient_is_none"
     return None
 
@@ -238,13 +323,15 @@ class Q3Branch(Predict):
     title = "The branch that multiplies by zero"
     code = BRANCH
     items = [
-        Item("grads", "x * 0 is a recorded multiplication: backward reaches x and stores 0.0 "
-             "(so .item() works). Give the four floats as a list.", _grads_myth, part="zero"),
-        Item("y_off.grad_fn", "x * 0 records MulBackward0 like any product: the route exists, "
-             "it just carries 0. Give the class name as a string.", "zero_gradient_is_none",
+        Item("grads", "`x * 0` is a recorded multiplication: backward reaches `x` and stores "
+             "0.0 (so `.item()` works). Give the four floats as a list.", _grads_myth,
              part="zero"),
-        Item("y_cut.requires_grad", "x.detach() has no history, so nothing computed from it "
-             "requires grad: this is the branch that gives None (and makes backward raise), "
+        Item("y_off.grad_fn", "`x * 0` records `MulBackward0` like any product: the route "
+             "exists, it just carries 0. Give the class name as a string.",
+             lambda given, expected: "zero_gradient_is_none" if given is None else None,
+             part="zero"),
+        Item("y_cut.requires_grad", "`x.detach()` has no history, so nothing computed from it "
+             "requires grad: this is the branch that gives `None` (and makes backward raise), "
              "not the one multiplied by 0.", "detach_keeps_grad", part="cut"),
     ]
 
@@ -282,42 +369,31 @@ fades = {name: ratio < 1e-3 for name, ratio in ratios.items()}
 """
 
 
-def _fade_myth(name: str):
-    def choose(given: Any, expected: Any) -> str | None:
-        if not isinstance(given, bool):
-            return None
-        if name == "sigmoid":
-            return "sigmoid_stack_healthy"
-        if name == "relu_residual_detached":
-            return "residual_detach_harmless"
-        return "residual_fades"
-    return choose
-
-
 @lesson.register
 class Q4Fade(Predict):
     qid = "q4"
     title = "Which stacks fade?"
     code = FADE
+    # each blank is True or False: the one wrong value means one belief
     items = [
         Item("sigmoid", "sigmoid's slope is at most 0.25: twelve plain sigmoid layers multiply "
-             "the gradient by small factors twelve times, and the first layer gets almost "
-             "nothing.", _fade_myth("sigmoid")),
-        Item("sigmoid_residual", "h + sigmoid(layer(h)) has Jacobian I + (small): the identity "
-             "route carries the gradient past every block unchanged, whatever the activation.",
-             _fade_myth("sigmoid_residual")),
-        Item("relu_residual", "the skip path carries the gradient from the last block to the "
-             "first untouched.", _fade_myth("relu_residual")),
-        Item("relu_residual_detached", "with h.detach() the skip path carries no gradient: only "
+             "the report by small factors twelve times, and the first layer gets almost "
+             "nothing.", "sigmoid_stack_healthy"),
+        Item("sigmoid_residual", "`h + sigmoid(layer(h))` has Jacobian I + (small): the "
+             "identity route carries the report past every block unchanged, whatever the "
+             "activation.", "residual_fades"),
+        Item("relu_residual", "the skip path carries the report from the last block to the "
+             "first untouched.", "residual_fades"),
+        Item("relu_residual_detached", "with `h.detach()` the skip path carries no report: only "
              "the product of the layers' own Jacobians is left, as in a plain stack.",
-             _fade_myth("relu_residual_detached")),
+             "residual_detach_harmless"),
     ]
 
     def facts(self, ns):
         return {k: bool(v) for k, v in ns["fades"].items()}
 
 
-# --------------------------------------------------------------------------- shared problem
+# --------------------------------------------------------------------------- the clinic
 
 # The clinic's tiny problem and patients, shown in the notebook before the exercises and
 # executed here from the same text.
@@ -354,96 +430,105 @@ def clinic() -> dict[str, Any]:
     return ns
 
 
-def _setting(variant: str) -> tuple[int, int]:
-    """(seed, width) of the visible and the hidden checks."""
-    return (1, 6) if variant == "hidden" else (0, 8)
+def _patient(variant: str) -> tuple[int, int, str]:
+    """(seed, width, how the findings name the patient): the notebook's patient for the
+    visible check, another one (other weights and data, width 6) for the hidden tests."""
+    if variant == "hidden":
+        return 1, 6, "Another patient (width 6, new data): "
+    return 0, 8, ""
 
 
-def _flat(values: Any) -> list[float]:
-    if isinstance(values, list):
-        return [v for item in values for v in _flat(item)]
-    return [float(values)]
+def _trainable(model) -> list[tuple[str, Any]]:
+    return [(n, p) for n, p in model.named_parameters() if tf.requires_grad(p)]
 
 
-def _close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    fa, fb = _flat(a), _flat(b)
-    return len(fa) == len(fb) and all(
-        math.isfinite(x) and abs(x - y) <= atol + rtol * abs(y) for x, y in zip(fa, fb, strict=True))
+def _sgd(model, loss_of, steps: int, lr: float) -> None:
+    """The grader's own training loop: ``steps`` SGD steps on ``loss_of(model)``."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_of(model).backward()
+        opt.step()
 
 
-def _max_abs(values: Any) -> float:
-    flat = _flat(values)
-    return max((abs(v) for v in flat), default=0.0)
+def _status(grad: Any) -> str:
+    """The three kinds of answer of section 1: no route, a report of zeros, a report."""
+    if grad is None:
+        return "none"
+    return "zero" if _max_abs(grad) == 0.0 else "ok"
+
+
+def _statuses(model, loss) -> dict[str, str]:
+    """torch's answer for each trainable parameter of ``model``: none, zero or ok."""
+    named = _trainable(model)
+    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True,
+                                retain_graph=True)
+    return {n: _status(g) for (n, _), g in zip(named, grads, strict=True)}
+
+
+def _starved_text(statuses: dict[str, str]) -> str:
+    words = {"none": "`None`: no route back", "zero": "zeros"}
+    return ", ".join(f"`{n}` ({words[s]})" for n, s in statuses.items() if s != "ok")
 
 
 class Watch:
-    """Parameter hooks recording the largest |gradient| each parameter received, and a snapshot
-    of the values, to tell afterwards who got a gradient (None, zero, non-zero) and who moved."""
+    """Parameter hooks recording every gradient each parameter received (the largest entry,
+    how many reports, their sum) and a snapshot of the values, to tell afterwards who got a
+    gradient (None, zero, non-zero), who moved, and whether ``.grad`` piled reports up."""
 
     def __init__(self, model):
-        self.params = [(n, p) for n, p in model.named_parameters() if tf.requires_grad(p)]
+        self.params = _trainable(model)
         self.largest: dict[str, float | None] = {n: None for n, _ in self.params}
+        self.count = {n: 0 for n, _ in self.params}
+        self.total: dict[str, list[float] | None] = {n: None for n, _ in self.params}
         self.before = {n: tf._tolist(p) for n, p in self.params}
         self.handles = [p.register_hook(self._hook(n)) for n, p in self.params]
 
     def _hook(self, name: str):
         def hook(grad):
-            m = _max_abs(tf._tolist(grad))
+            flat = _flat(tf._tolist(grad))
+            m = max((abs(v) for v in flat), default=0.0)
             old = self.largest[name]
             self.largest[name] = m if old is None else max(old, m)
+            self.count[name] += 1
+            total = self.total[name]
+            self.total[name] = flat if total is None else [a + b for a, b in zip(total, flat, strict=True)]
         return hook
 
     def close(self) -> None:
         for h in self.handles:
             h.remove()
 
-    def starved(self) -> list[str]:
-        """Parameters that never received a non-zero gradient, with what they got instead."""
-        out = []
-        for name, m in self.largest.items():
-            if m is None:
-                out.append(f"{name} (None: no route back)")
-            elif m == 0.0:
-                out.append(f"{name} (zeros)")
-        return out
+    def statuses(self) -> dict[str, str]:
+        return {n: _status(None if m is None else [m]) for n, m in self.largest.items()}
 
     def unmoved(self) -> list[str]:
         return [n for n, p in self.params if tf._tolist(p) == self.before[n]]
 
+    def piled_up(self) -> list[str]:
+        """Parameters whose ``.grad`` holds the sum of several steps' reports (no zero_grad)."""
+        out = []
+        for n, p in self.params:
+            g = tf.grad_values(p)
+            if self.count[n] > 1 and g is not None and self.total[n] is not None \
+                    and _close(g, self.total[n], rtol=1e-3, atol=1e-6) \
+                    and not _close(g, [t / self.count[n] for t in self.total[n]], 1e-3, 1e-6):
+                out.append(n)
+        return out
 
-def _score(qid: str, checks: list[tuple[str, str, Any, str | None]], part: str | None) -> Verdict:
-    """Score ``(part, text, test, myth)`` checks of ``part``; ``test()`` -> ``(ok, detail)``.
-    The tests close over what the grader measured, so the framework's scorer gets no run."""
-    return score_requirements(qid, None, [
-        Requirement(text, lambda _run, test=test: test(), myth, p) for p, text, test, myth in checks
-    ], part)
-
-
-def _failed(qid: str, text: str, myth: str | None = None) -> Verdict:
-    if myth:
-        text += f" [Misconception: {myth_text(myth)}.]"
-    return Verdict(qid, [Finding(False, text, misconception=myth)])
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    first = lines[0] if lines else ""
-    if len(first) > 160:
-        first = first[:157].rsplit(" ", 1)[0] + " ..."
-    return f"{type(exc).__name__}: {first}"
+    def cleared(self) -> bool:
+        """Every parameter got reports, yet every ``.grad`` is None at the end."""
+        return all(c > 0 for c in self.count.values()) and \
+            all(tf.grad_values(p) is None for _, p in self.params)
 
 
-def _sgd_run(model, forward, loss_fn, x, y, steps: int, lr: float):
-    """The grader's own training loop around a forward / a loss: losses before and after."""
-    import torch
+def _fall_text(start: float, end: float, ref_end: float, steps: int) -> str:
+    return (f"in {steps} SGD steps your run took the loss from {start:.4g} to {end:.4g}; the "
+            f"reference run reaches {ref_end:.4g}")
 
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss_fn(forward(model, x), y).backward()
-        opt.step()
+
+def _same_end(end: float, ref_end: float) -> bool:
+    return math.isfinite(end) and abs(end - ref_end) <= 1e-3 * abs(ref_end) + 1e-6
 
 
 # --------------------------------------------------------------------------- write code: report
@@ -452,11 +537,8 @@ def _sgd_run(model, forward, loss_fn, x, y, steps: int, lr: float):
 def _report_cases(variant: str):
     """(description, model, loss, stale) cases for grad_flow_report; ``stale``: leave earlier
     gradients in .grad before the call."""
-    import torch
-    import torch.nn.functional as F
-
     ns = clinic()
-    seed, width = _setting(variant)
+    seed, width, _ = _patient(variant)
     x, y = ns["clinic_problem"](seed)
     cases = []
 
@@ -464,7 +546,7 @@ def _report_cases(variant: str):
     gated.fine.bias.requires_grad_(False)           # frozen: not to be reported
     h = torch.tanh(gated.embed(x))
     loss = F.mse_loss(torch.where(gated.gate(h) > 0, gated.fine(h), gated.coarse(h)), y)
-    cases.append(("a hard gate, right after zero_grad()", gated, loss, False))
+    cases.append(("a hard gate, right after `zero_grad()`", gated, loss, False))
 
     model = ns["clinic_model"](seed, width)
     model.spare = torch.nn.Linear(4, 1)             # registered, never used
@@ -475,31 +557,30 @@ def _report_cases(variant: str):
     if variant == "hidden":
         healthy = ns["clinic_model"](seed + 5, width)
         loss = F.mse_loss(healthy.head(torch.tanh(healthy.embed(x))), y)
-        cases.append(("a healthy model with last step's gradients still in .grad", healthy,
+        cases.append(("a healthy model with last step's gradients still in `.grad`", healthy,
                       loss, True))
     return cases
 
 
-def _reference_statuses(model, loss) -> dict[str, str]:
-    import torch
-
-    named = [(n, p) for n, p in model.named_parameters() if tf.requires_grad(p)]
-    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True,
-                                retain_graph=True)
-    out = {}
-    for (n, _), g in zip(named, grads, strict=True):
-        out[n] = "none" if g is None else "zero" if _max_abs(tf._tolist(g)) == 0.0 else "ok"
-    return out
-
-
-def _stale_grads(model, x_shape) -> None:
+def _stale_grads(model) -> None:
     """Fill .grad with an earlier step's (non-zero) gradients, as a loop without zero_grad."""
-    import torch
-
     torch.manual_seed(99)
-    for p in model.parameters():
-        if tf.requires_grad(p):
-            p.grad = torch.randn_like(p)
+    for _, p in _trainable(model):
+        p.grad = torch.randn_like(p)
+
+
+def _report_myth(said: dict, truth: dict, readings: list[dict]) -> str | None:
+    """The belief a wrong report shows: read off `.grad` (it equals a reading of `.grad`), zeros
+    taken for no route, or no route taken for zeros."""
+    mine = {n: said.get(n) for n in truth}
+    if any(mine == r for r in readings):
+        return "grad_none_check_enough"
+    wrong = [(mine[n], s) for n, s in truth.items() if mine[n] != s]
+    if ("none", "zero") in wrong:
+        return "zero_gradient_is_none"
+    if ("zero", "none") in wrong:
+        return "grad_none_means_vanished"
+    return None
 
 
 @lesson.register
@@ -510,60 +591,60 @@ class Q5Report(WriteCode):
     part_names = ["statuses", "hygiene"]
 
     def grade_code(self, fn, part, variant):
-        import torch
-
-        checks = []
+        cases = []
         for desc, model, loss, stale in _report_cases(variant):
             if stale:
-                _stale_grads(model, None)
-            expected = _reference_statuses(model, loss)
+                _stale_grads(model)
+            truth = _statuses(model, loss)          # torch's answer, before any learner code
             before = {n: tf.grad_values(p) for n, p in model.named_parameters()}
-            try:
-                run = run_learner(fn, model, loss)
-                result, error = run.result, None
-            except LearnerCodeError as exc:
-                result, error = None, exc.summary
+            cases.append((desc, model, loss, truth, before))
 
-            def statuses(result=result, error=error, expected=expected):
-                if error:
-                    return False, f"your function raised {error}"
-                if not isinstance(result, dict):
-                    return False, f"return a dict of name -> status, not {type(result).__name__}"
-                wrong = [f"{n}: you said {result.get(n)!r}, torch says {s!r}"
-                         for n, s in expected.items() if result.get(n) != s]
-                extra = sorted(set(result) - set(expected))
+        def run():
+            return [run_learner(fn, model, loss).result for _, model, loss, _, _ in cases]
+
+        requirements = []
+        for i, (desc, model, loss, truth, before) in enumerate(cases):
+            def statuses(results, i=i, model=model, truth=truth, before=before):
+                said = results[i]
+                if not isinstance(said, dict):
+                    return False, f"return a dict of name -> status, not `{type(said).__name__}`"
+                wrong = [f"`{n}`: you said {said.get(n)!r}, torch says {s!r}"
+                         for n, s in truth.items() if said.get(n) != s]
+                extra = sorted(set(map(str, said)) - set(truth))
                 if extra:
-                    wrong.append(f"{extra} should not be reported (frozen, or not a parameter)")
-                return not wrong, "; ".join(wrong)
+                    wrong.append(f"{_names(extra)} should not be in the report (frozen, or not a "
+                                 "trainable parameter)")
+                readings = [{n: _status(g) for n, g in before.items() if n in truth},
+                            {n: _status(tf.grad_values(p)) for n, p in model.named_parameters()
+                             if n in truth}]
+                return not wrong, "; ".join(wrong), _report_myth(said, truth, readings)
 
-            def untouched(error=error, model=model, before=before):
-                if error:
-                    return False, f"your function raised {error}"
+            def untouched(results, model=model, before=before):
                 changed = [n for n, p in model.named_parameters()
                            if not _same_grad(tf.grad_values(p), before[n])]
-                return not changed, (f"the .grad of {changed} changed: the alarm must read "
-                                     "the gradients without writing any")
+                return not changed, (f"your function changed `.grad` of {_names(changed)}: the "
+                                     "alarm must look without writing (`torch.autograd.grad` "
+                                     "writes no `.grad`; `backward()` adds into it)")
 
-            def graph_kept(error=error, model=model, loss=loss):
-                if error:
-                    return False, f"your function raised {error}"
+            def graph_kept(results, model=model, loss=loss):
                 try:
-                    torch.autograd.grad(loss, [p for p in model.parameters()
-                                               if tf.requires_grad(p)], allow_unused=True)
+                    torch.autograd.grad(loss, [p for _, p in _trainable(model)],
+                                        allow_unused=True)
                 except RuntimeError as exc:
-                    return False, (f"afterwards the training step's own backward() fails "
-                                   f"({_first_line(exc)}): keep the graph (retain_graph=True)")
+                    return (False, f"afterwards the training step's own `backward()` fails "
+                                   f"({_first_line(exc)}): keep the route (`retain_graph=True`)",
+                            diagnose_error("RuntimeError", str(exc)))
                 return True, ""
 
-            checks += [
-                ("statuses", f"{desc}: every trainable parameter gets the right status",
-                 statuses, "grad_none_check_enough"),
-                ("hygiene", f"{desc}: .grad left exactly as it was", untouched,
-                 "grad_none_check_enough" if stale else None),
-                ("hygiene", f"{desc}: the loss can still be backpropagated", graph_kept,
-                 "graph_survives_backward"),
+            requirements += [
+                Requirement(f"{desc}: every trainable parameter gets torch's status", statuses,
+                            part="statuses"),
+                Requirement(f"{desc}: `.grad` left exactly as it was", untouched,
+                            part="hygiene"),
+                Requirement(f"{desc}: the loss can still be backpropagated", graph_kept,
+                            part="hygiene"),
             ]
-        return _score(self.qid, checks, part)
+        return score(self.qid, requirements, run)
 
 
 def _same_grad(a, b) -> bool:
@@ -576,12 +657,72 @@ def _same_grad(a, b) -> bool:
 
 
 def _deep_data(width: int, seed: int):
-    import torch
-
     g = torch.Generator().manual_seed(200 + seed)
     x = torch.randn(32, width, generator=g)
     y = torch.tanh(x @ torch.randn(width, width, generator=g) / math.sqrt(width))
     return x, y
+
+
+def _has_skip(model, x) -> bool | None:
+    """Whether the output still depends on the input with every Linear set to zero: only an
+    identity route (a skip connection that is not detached) carries the input through then."""
+    try:
+        probe = copy.deepcopy(model)
+        with torch.no_grad():
+            for m in probe.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.zero_()
+                    if m.bias is not None:
+                        m.bias.zero_()
+        xin = x.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(probe(xin).sum(), [xin], allow_unused=True)
+    except Exception:
+        return None
+    return g is not None and _max_abs(g) > 0.0
+
+
+def _measure_deep(fn: LearnerFunction, depth: int, width: int, seed: int) -> dict:
+    """Build the learner's network, measure its gradient flow, then train it for 30 steps."""
+    torch.manual_seed(seed)
+    model = run_learner(fn, depth, width).result
+    if not isinstance(model, torch.nn.Module):
+        return {"module": None, "type": type(model).__name__}
+    square = [m for m in model.modules()
+              if isinstance(m, torch.nn.Linear) and tuple(m.weight.shape) == (width, width)]
+    x, y = _deep_data(width, seed)
+    facts = {"module": True, "square": len(square), "ratio": None, "losses": [],
+             "train_error": None, "moved": 0.0}
+    try:
+        out = model(x)
+        facts["shape"] = tuple(out.shape)
+        if square:
+            loss = F.mse_loss(out, y)
+            g_first, g_last = torch.autograd.grad(loss, [square[0].weight, square[-1].weight])
+            n_first = math.sqrt(sum(v * v for v in _flat(tf._tolist(g_first))))
+            n_last = math.sqrt(sum(v * v for v in _flat(tf._tolist(g_last))))
+            facts["ratio"] = n_first / n_last if n_last > 0 else 0.0
+    except Exception as exc:
+        raise _crash(exc, f"running your network on a (32, {width}) batch") from None
+    facts["skip"] = _has_skip(model, x)
+    if not square:
+        return facts
+    first = square[0].weight
+    first_before = _flat(tf._tolist(first))
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for _ in range(30):
+            opt.zero_grad()
+            step_loss = F.mse_loss(model(x), y)
+            step_loss.backward()
+            opt.step()
+            facts["losses"].append(float(step_loss.detach()))
+        facts["losses"].append(float(F.mse_loss(model(x), y).detach()))
+    except Exception as exc:
+        facts["train_error"] = _first_line(exc)
+    after = _flat(tf._tolist(first))
+    size = math.sqrt(sum(v * v for v in first_before)) or 1.0
+    facts["moved"] = math.sqrt(sum((a - b) ** 2 for a, b in zip(after, first_before, strict=True))) / size
+    return facts
 
 
 @lesson.register
@@ -592,92 +733,75 @@ class Q6DeepNet(WriteCode):
     part_names = ["flow", "training"]
 
     def grade_code(self, fn, part, variant):
-        import torch
-        import torch.nn.functional as F
-
         depth, width, seed = (20, 6, 1) if variant == "hidden" else (24, 8, 0)
-        torch.manual_seed(seed)
-        try:
-            run = run_learner(fn, depth, width)
-        except LearnerCodeError as exc:
-            return _failed(self.qid, f"Your function raised {exc.summary}")
-        model = run.result
-        if not isinstance(model, torch.nn.Module):
-            return _failed(self.qid, f"deep_net must return an nn.Module, not "
-                                     f"{type(model).__name__}")
-        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        square = [m for m in linears if tuple(m.weight.shape) == (width, width)]
-        x, y = _deep_data(width, seed)
-        try:
-            out = model(x)
-            loss = F.mse_loss(out, y)
-            first, last = square[0].weight, square[-1].weight
-            g_first, g_last = torch.autograd.grad(loss, [first, last])
-            n_first = math.sqrt(sum(v * v for v in _flat(tf._tolist(g_first))))
-            n_last = math.sqrt(sum(v * v for v in _flat(tf._tolist(g_last))))
-        except Exception as exc:
-            return _failed(self.qid, f"Running your network on a ({32}, {width}) batch failed: "
-                                     f"{_first_line(exc)}")
-        ratio = n_first / n_last if n_last > 0 else 0.0
-        first_before = tf._tolist(first)
-        losses = []
-        try:
-            opt = torch.optim.SGD(model.parameters(), lr=0.05)
-            for _ in range(30):
-                opt.zero_grad()
-                step_loss = F.mse_loss(model(x), y)
-                step_loss.backward()
-                opt.step()
-                losses.append(float(step_loss.detach()))
-            losses.append(float(F.mse_loss(model(x), y).detach()))
-        except Exception as exc:
-            losses = [float("nan")]
-            train_error = _first_line(exc)
-        else:
-            train_error = None
-        moved = math.sqrt(sum((a - b) ** 2 for a, b in zip(_flat(tf._tolist(first)),
-                                                             _flat(first_before), strict=True)))
-        size = math.sqrt(sum(v * v for v in _flat(first_before))) or 1.0
+        tag = f"{depth} layers of width {width}"
+        detached = _uses(fn, "detach(")
 
-        def shape():
-            ok = len(square) >= depth and tuple(out.shape) == (32, width)
-            return ok, (f"found {len(square)} Linear({width}, {width}) layers and an output of "
-                        f"shape {tuple(out.shape)}; expected at least {depth} such layers and "
-                        f"(32, {width})")
+        def fade_myth(facts):
+            """A stack whose report fades: its skip path detached, or a plain stack."""
+            if (facts["ratio"] or 0.0) >= 1e-2:
+                return None
+            return "residual_detach_harmless" if detached and not facts["skip"] else \
+                "sigmoid_stack_healthy"
 
-        def flow():
-            ok = 1e-2 <= ratio <= 1e2
-            return ok, (f"the first layer's gradient norm is {ratio:.2g} times the last "
-                        "layer's; it should be between 0.01 and 100 times")
+        module = _given("an `nn.Module`", "module")
 
-        def learns():
-            if train_error:
-                return False, f"training raised {train_error}"
-            if not all(math.isfinite(v) for v in losses):
+        @module
+        def shape(facts):
+            ok = facts["square"] >= depth and facts.get("shape") == (32, width)
+            return ok, (f"found {facts['square']} `nn.Linear({width}, {width})` layers and an "
+                        f"output of shape {facts.get('shape')}; expected at least {depth} such "
+                        f"layers and (32, {width})")
+
+        @module
+        def flow(facts):
+            ratio = facts["ratio"]
+            if ratio is None:
+                return False, f"there is no `nn.Linear({width}, {width})` layer to measure"
+            if ratio < 1e-2:
+                myth = fade_myth(facts)
+                return False, (f"the first layer's gradient is {ratio:.2g} times the last "
+                               "layer's: the report fades on its way back through the stack"
+                               + (" (the skip path is detached: it carries no report)"
+                                  if myth == "residual_detach_harmless" else "")), myth
+            if ratio > 1e2:
+                return False, (f"the first layer's gradient is {ratio:.2g} times the last "
+                               "layer's: it grows on its way back"), (
+                    "residual_never_explodes" if facts["skip"] else None)
+            return True, ""
+
+        @module
+        def learns(facts):
+            if facts["train_error"]:
+                return False, f"training raised {facts['train_error']}"
+            losses = facts["losses"]
+            if not losses:
+                return False, f"there is no `nn.Linear({width}, {width})` layer to train"
+            if not all(math.isfinite(v) for v in losses) or losses[-1] > 10 * losses[0]:
                 return False, (f"in 30 SGD steps the loss went {losses[0]:.3g} -> "
-                               f"{losses[-1]:.3g}: the gradients exploded instead of vanishing "
-                               "(blocks that keep adding unbounded values grow with depth: "
-                               "bound them, e.g. with tanh, or normalise)")
-            ok = losses[-1] < losses[0] and moved / size >= 1e-5
+                               f"{losses[-1]:.3g}: it exploded instead of vanishing (blocks "
+                               "that keep adding unbounded values grow with depth: bound them, "
+                               "e.g. with `tanh`, or normalise)"), (
+                    "residual_never_explodes" if facts["skip"] else None)
+            ok = losses[-1] < losses[0] and facts["moved"] >= 1e-5
             return ok, (f"in 30 SGD steps the loss went {losses[0]:.3g} -> {losses[-1]:.3g} and "
-                        f"the first layer's weights moved by {moved / size:.2g} of their norm "
-                        "(need a falling loss and at least 1e-5)")
+                        f"the first layer's weights moved by {facts['moved']:.2g} of their norm "
+                        "(need a falling loss and at least 1e-5)"), fade_myth(facts)
 
-        return _score(self.qid, [
-            ("flow", f"{depth} square layers, input and output of width {width}", shape, None),
-            ("flow", "the first layer's gradient is within a factor 100 of the last layer's",
-             flow, "sigmoid_stack_healthy"),
-            ("training", "the loss falls and the first layer learns", learns,
-             "sigmoid_stack_healthy"),
-        ], part)
+        return score(self.qid, [
+            Requirement(f"{tag}: at least {depth} square layers, input and output of width "
+                        f"{width}", shape, part="flow"),
+            Requirement(f"{tag}: the first layer's gradient is within a factor 100 of the last "
+                        "layer's", flow, part="flow"),
+            Requirement(f"{tag}: the loss falls and the first layer learns", learns,
+                        part="training"),
+        ], lambda: _measure_deep(fn, depth, width, seed))
 
 
 # --------------------------------------------------------------------------- find the bug
 
-def _reference_monitor(model, x, y):
-    import torch
-    import torch.nn.functional as F
 
+def _reference_monitor(model, x, y):
     h = torch.tanh(model.embed(x))
     out = model.head(h)
     loss = F.mse_loss(out, y)
@@ -686,60 +810,97 @@ def _reference_monitor(model, x, y):
     return {"hidden": float(gh.norm()), "output": float(go.norm())}
 
 
+def _late_monitor_myth(fn: LearnerFunction):
+    """Reading an empty desk: a monitor installed after backward(), or none at all."""
+    src = fn.source
+    backward = src.find(".backward(")
+    monitor = src.rfind("retain_grad(")
+    if monitor >= 0 and backward >= 0 and monitor > backward:
+        return "retain_grad_after_backward"
+    if monitor < 0 and "register_hook(" not in src:
+        return "nonleaf_grad_stored"
+    return None
+
+
 @lesson.register
 class Q7Monitor(WriteCode):
     qid = "q7"
     title = "Find the bug: the monitor that reads an empty desk (case 1)"
     function_name = "activation_grad_norms"
+    starter = '''\
+def activation_grad_norms(model, x, y):
+    h = torch.tanh(model.embed(x))       # transit station: the hidden activation
+    out = model.head(h)                  # transit station: the output
+    loss = F.mse_loss(out, y)
+    loss.backward()
+    h.retain_grad()                      # install the monitors
+    out.retain_grad()
+    return {"hidden": h.grad.norm().item(), "output": out.grad.norm().item()}
+'''
 
     def grade_code(self, fn, part, variant):
         ns = clinic()
-        seed, width = _setting(variant)
+        seed, width, pre = _patient(variant)
         x, y = ns["clinic_problem"](seed)
         model = ns["clinic_model"](seed, width)
         reference = copy.deepcopy(model)
         expected = _reference_monitor(reference, x, y)
-        try:
-            run = run_learner(fn, model, x, y)
-        except LearnerCodeError as exc:
-            myth = "retain_grad_after_backward" if "NoneType" in exc.summary else None
-            return _failed(self.qid, f"Your function raised {exc.summary}", myth)
-        res = run.result
+        ref_grads = [tf.grad_values(r) for r in reference.parameters()]
 
-        def norms():
+        def norms(run):
+            res = run.result
             if not isinstance(res, dict):
                 return False, f"return a dict with the keys 'hidden' and 'output', not {res!r}"
-            wrong = [f"{k}: you returned {res.get(k)!r}, torch says {v:.6g}"
-                     for k, v in expected.items()
-                     if not isinstance(res.get(k), int | float) or not _close(res.get(k), v)]
+            wrong = []
+            for k, v in expected.items():
+                got = _number(res.get(k))
+                if got is None or not _close(got, v):
+                    wrong.append(f"{k}: you returned {res.get(k)!r}, torch says {v:.6g}")
             return not wrong, "; ".join(wrong)
 
-        def params():
-            pairs = list(zip(model.named_parameters(), reference.parameters(), strict=True))
-            wrong = [n for (n, p), r in pairs
-                     if not _close(tf.grad_values(p), tf.grad_values(r))]
-            return not wrong, (f"{wrong} do not hold exactly one backward's gradient (backward "
-                               "must run once, and the monitors must not change it)")
+        def params(run):
+            mine = [(n, tf.grad_values(p)) for n, p in model.named_parameters()]
+            bad = [n for (n, g), r in zip(mine, ref_grads, strict=True) if not _close(g, r)]
+            if not bad:
+                return True, ""
+            if all(g is None for _, g in mine):
+                return False, ("the parameters hold no gradient: `backward()` must run once "
+                               "(`torch.autograd.grad` writes no `.grad`)")
+            for k in (2, 3):
+                if all(g is not None and _close(g, [v * k for v in _flat(r)])
+                       for (_, g), r in zip(mine, ref_grads, strict=True)):
+                    return False, (f"the parameters hold {k} times one backward's gradient: "
+                                   f"backward ran {k} times and `.grad` adds up"), \
+                        "grad_accumulates_not"
+            return False, (f"{_names(bad)} do not hold exactly one backward's gradient (backward "
+                           "must run once, and the monitors must not change it)")
 
-        def quiet():
-            return not run.warnings, f"your function warned: {run.warnings}"
+        def quiet(run):
+            if not run.warnings:
+                return True, ""
+            myth = ("nonleaf_grad_silent" if any("not a leaf" in w for w in run.warnings)
+                    else None)
+            return False, f"your function warned: {run.warnings[0]}", myth
 
-        return _score(self.qid, [
-            ("main", "the gradient norms at the hidden activation and the output", norms,
-             "retain_grad_after_backward"),
-            ("main", "the parameters got one backward's gradient", params, None),
-            ("main", "no warning (no .grad read off a transit station without a monitor)", quiet,
-             "nonleaf_grad_silent"),
-        ], part)
+        return score(self.qid, [
+            Requirement(pre + "the gradient norms at the hidden activation and the output",
+                        norms),
+            Requirement(pre + "the parameters got one backward's gradient", params),
+            Requirement(pre + "no warning (no `.grad` read off a transit station without a "
+                        "monitor)", quiet),
+        ], lambda: run_learner(fn, model, x, y),
+            on_error=lambda exc: _late_monitor_myth(fn) if "NoneType" in exc.summary else None)
 
 
 def _huber_batches(variant: str):
-    import torch
-
     g = torch.Generator().manual_seed(40 if variant == "hidden" else 41)
     pred = torch.randn(12, 1, generator=g)
     target = pred + torch.linspace(-2.5, 2.5, 12).unsqueeze(1)   # small and large errors
     return pred, target
+
+
+def _clinic_forward(m, inputs):
+    return m.head(torch.tanh(m.embed(inputs)))
 
 
 @lesson.register
@@ -748,128 +909,108 @@ class Q8Huber(WriteCode):
     title = "Find the bug: the loss that goes quiet near the target (case 2)"
     function_name = "huber_loss"
     part_names = ["gradient", "training"]
+    starter = '''\
+def huber_loss(pred, target):
+    err = (pred - target).detach().abs()     # "only needed to choose the branch"
+    small = err < 1.0
+    quadratic = 0.5 * err ** 2
+    linear = (pred - target).abs() - 0.5
+    return torch.where(small, quadratic, linear).mean()
+'''
+    STEPS = 40
 
     def grade_code(self, fn, part, variant):
-        import torch
-        import torch.nn.functional as F
-
-        try:
-            loss_fn = define_learner(fn)
-        except LearnerCodeError as exc:
-            return _failed(self.qid, f"Your function failed: {exc.summary}")
-
+        seed, width, pre = _patient(variant)
+        detached = _uses(fn, "detach(", ".data")
+        # the reference, done by torch before any learner code runs
         pred0, target = _huber_batches(variant)
         ref_pred = pred0.clone().requires_grad_(True)
         F.huber_loss(ref_pred, target).backward()
-        pred = pred0.clone().requires_grad_(True)
-        try:
-            value = loss_fn(pred, target)
-            value.backward()
-            grad, got = tf.grad_values(pred), float(value.detach())
-            error = None
-        except Exception as exc:
-            grad, got, error = None, float("nan"), _first_line(exc)
+        ref_grad = tf.grad_values(ref_pred)
         want = float(F.huber_loss(pred0, target))
-
+        near = [i for i, d in enumerate(_flat(tf._tolist(pred0 - target))) if abs(d) < 1]
         ns = clinic()
-        seed, width = _setting(variant)
         x, y = ns["clinic_problem"](seed)
         model = ns["clinic_model"](seed, width)
         reference = copy.deepcopy(model)
+        start = float(F.huber_loss(_clinic_forward(model, x), y).detach())
+        _sgd(reference, lambda m: F.huber_loss(_clinic_forward(m, x), y), self.STEPS, 0.1)
+        ref_end = float(F.huber_loss(_clinic_forward(reference, x), y).detach())
 
-        def forward(m, inputs):
-            return m.head(torch.tanh(m.embed(inputs)))
+        def run():
+            pred = pred0.clone().requires_grad_(True)
+            value = run_learner(fn, pred, target).result
+            try:
+                value.backward()
+            except Exception as exc:
+                raise _crash(exc, "when backward ran from the loss your function returned") \
+                    from None
+            facts = {"value": _number(value), "grad": tf.grad_values(pred), "error": None}
+            loss_fn = define_learner(fn)
+            watch = Watch(model)
+            try:
+                _sgd(model, lambda m: loss_fn(_clinic_forward(m, x), y), self.STEPS, 0.1)
+            except Exception as exc:
+                facts["error"] = _first_line(exc)
+            finally:
+                watch.close()
+            facts["watch"] = watch
+            facts["end"] = float(F.huber_loss(_clinic_forward(model, x), y).detach())
+            return facts
 
-        start = float(F.huber_loss(forward(model, x), y).detach())
-        _sgd_run(reference, forward, F.huber_loss, x, y, 40, 0.1)
-        ref_end = float(F.huber_loss(forward(reference, x), y).detach())
-        watch = Watch(model)
-        try:
-            _sgd_run(model, forward, loss_fn, x, y, 40, 0.1)
-            train_error = None
-        except Exception as exc:
-            train_error = _first_line(exc)
-        finally:
-            watch.close()
-        end = float(F.huber_loss(forward(model, x), y).detach())
+        def value_ok(facts):
+            got = facts["value"]
+            if got is None:
+                return False, "return the loss as a one-element tensor"
+            return _close(got, want), f"your loss is {got:.6g}, `F.huber_loss` says {want:.6g}"
 
-        def value_ok():
-            if error:
-                return False, f"your loss raised {error}"
-            return _close(got, want), f"your loss is {got:.6g}, F.huber_loss says {want:.6g}"
+        def grad_ok(facts):
+            g = facts["grad"]
+            if _close(g, ref_grad):
+                return True, ""
+            flat = _flat(g) if g is not None else []
+            dead = [i for i in near if flat and flat[i] == 0.0 and _flat(ref_grad)[i] != 0.0]
+            if dead:
+                return False, (f"the {len(dead)} predictions within 1.0 of their target get "
+                               "gradient 0: that branch is computed from a detached tensor, so "
+                               "its route back is cut"), (
+                    "detach_in_loss_harmless" if detached else None)
+            return False, "the gradient with respect to the predictions differs from " \
+                          "`F.huber_loss`'s"
 
-        def grad_ok():
-            if error:
-                return False, f"your loss raised {error}"
-            small = [i for i, d in enumerate(_flat(tf._tolist(pred0 - target))) if abs(d) < 1]
-            g = _flat(grad) if grad is not None else []
-            dead = [i for i in small if g and g[i] == 0.0]
-            detail = ("the predictions within 1.0 of their target get gradient 0: that branch "
-                      "is computed from a detached tensor" if dead else
-                      "the gradient with respect to the predictions differs from "
-                      "F.huber_loss's")
-            return _close(grad, tf.grad_values(ref_pred)), detail
+        def fed(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}"
+            statuses = facts["watch"].statuses()
+            starved = _starved_text(statuses)
+            return not starved, f"no useful report reaches {starved}"
 
-        def trains():
-            if train_error:
-                return False, f"training raised {train_error}"
-            ok = (start - end) >= 0.9 * (start - ref_end)
-            return ok, (f"in 40 SGD steps your loss took the Huber loss from {start:.4g} to "
-                        f"{end:.4g}; the reference run reached {ref_end:.4g}")
+        def trains(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}"
+            end = facts["end"]
+            return _same_end(end, ref_end), _fall_text(start, end, ref_end, self.STEPS), (
+                "detach_in_loss_harmless" if detached and end > ref_end else None)
 
-        def fed():
-            starved = watch.starved()
-            return not starved, f"never received a non-zero gradient: {starved}"
-
-        return _score(self.qid, [
-            ("gradient", "the value equals F.huber_loss", value_ok, None),
-            ("gradient", "every prediction gets the Huber gradient, near the target too",
-             grad_ok, "detach_in_loss_harmless"),
-            ("training", "every parameter receives a gradient while training", fed, None),
-            ("training", "the loss falls as far as with the reference loss", trains,
-             "detach_in_loss_harmless"),
-        ], part)
+        return score(self.qid, [
+            Requirement(pre + "the value equals `F.huber_loss`", value_ok, part="gradient"),
+            Requirement(pre + "every prediction gets `F.huber_loss`'s gradient, near the target "
+                        "too", grad_ok, part="gradient"),
+            Requirement(pre + "every parameter receives a gradient while training", fed,
+                        part="training"),
+            Requirement(pre + f"{self.STEPS} SGD steps with your loss end where they end with "
+                        "`F.huber_loss`", trains, part="training"),
+        ], run, on_error=lambda exc: ("detach_in_loss_harmless" if detached
+                                      and "does not require grad" in exc.summary else None))
 
 
-def _train_reference(model, x, y, steps=30):
-    import torch
-    import torch.nn.functional as F
-
-    opt = torch.optim.SGD(model.parameters(), lr=0.2)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = F.mse_loss(model.head(torch.tanh(model.embed(x))), y)
-        loss.backward()
-        opt.step()
-
-
-def _training_checks(watch: Watch, start: float, end: float, ref_end: float, error: str | None,
-                     steps: int, fed_myth: str | None, fall_myth: str | None):
-    def fed():
-        if error:
-            return False, f"training raised {error}"
-        starved = watch.starved()
-        return not starved, f"never received a non-zero gradient: {starved}"
-
-    def moved():
-        if error:
-            return False, f"training raised {error}"
-        still = watch.unmoved()
-        return not still, f"never moved: {still}"
-
-    def falls():
-        if error:
-            return False, f"training raised {error}"
-        ok = math.isfinite(end) and (start - end) >= 0.9 * (start - ref_end)
-        return ok, (f"in {steps} steps the loss went {start:.4g} -> {end:.4g}, a fall of "
-                    f"{start - end:.3g}; the reference run, where every parameter learns, "
-                    f"falls by {start - ref_end:.3g}")
-
-    return [
-        ("gradients", "every parameter receives a non-zero gradient", fed, fed_myth),
-        ("training", "every parameter moves", moved, fed_myth),
-        ("training", "the loss falls as far as in the reference run", falls, fall_myth),
-    ]
+def _cut_myth(fn: LearnerFunction) -> str | None:
+    """The switch that cut a route in the learner's code."""
+    if _uses(fn, "no_grad"):
+        return "no_grad_branch_counts"
+    if _uses(fn, "detach(", ".data"):
+        return "detach_keeps_grad"
+    return None
 
 
 @lesson.register
@@ -878,39 +1019,89 @@ class Q9NoGrad(WriteCode):
     title = "Find the bug: monitoring switched off on the first stretch (case 3)"
     function_name = "train"
     part_names = ["gradients", "training"]
+    starter = '''\
+def train(model, x, y, steps=30):
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        with torch.no_grad():                # "the embedding needs no history: save memory"
+            h = torch.tanh(model.embed(x))
+        loss = F.mse_loss(model.head(h), y)
+        loss.backward()
+        with torch.no_grad():                # seed 004: "step() here is the wrong place"
+            opt.step()
+        losses.append(loss.item())
+    return losses
+'''
 
     def grade_code(self, fn, part, variant):
-        import torch
-        import torch.nn.functional as F
-
         ns = clinic()
-        seed, width = _setting(variant)
+        seed, width, pre = _patient(variant)
         x, y = ns["clinic_problem"](seed)
         model = ns["clinic_model"](seed, width)
         reference = copy.deepcopy(model)
 
         def measure(m):
             with torch.no_grad():
-                return float(F.mse_loss(m.head(torch.tanh(m.embed(x))), y))
+                return float(F.mse_loss(_clinic_forward(m, x), y))
 
         start = measure(model)
-        _train_reference(reference, x, y)
+        _sgd(reference, lambda m: F.mse_loss(_clinic_forward(m, x), y), 30, 0.2)
+        ref_end = measure(reference)
         watch = Watch(model)
-        try:
-            run_learner(fn, model, x, y)
-            error = None
-        except LearnerCodeError as exc:
-            error = exc.summary
-        finally:
-            watch.close()
-        return _score(self.qid, _training_checks(
-            watch, start, measure(model), measure(reference), error, 30,
-            "no_grad_branch_counts", "no_grad_branch_counts"), part)
+
+        def run():
+            try:
+                run_learner(fn, model, x, y)
+            finally:
+                watch.close()
+            return measure(model)
+
+        def why_stuck(end) -> tuple[str, str | None]:
+            if watch.cleared():
+                return ("Every parameter got its report (the checker's probes saw it), but "
+                        "`.grad` is `None` when `step()` runs: `zero_grad()` sits between "
+                        "`backward()` and `step()`", "zero_grad_misplaced")
+            piled = watch.piled_up()
+            if piled:
+                return (f"The `.grad` of {_names(piled)} holds the sum of every step's report: "
+                        "`zero_grad()` no longer clears the desk at each step",
+                        "zero_grad_misplaced")
+            if any(s == "none" for s in watch.statuses().values()):
+                return "", _cut_myth(fn)
+            return "", None
+
+        def fed(end):
+            statuses = watch.statuses()
+            if all(s == "none" for s in statuses.values()):
+                return False, "no parameter received a gradient: `backward()` never ran"
+            starved = _starved_text(statuses)
+            return not starved, f"no useful report reaches {starved}", _cut_myth(fn)
+
+        def moved(end):
+            still = watch.unmoved()
+            if not still:
+                return True, ""
+            why, myth = why_stuck(end)
+            return False, f"never moved: {_names(still)}" + (f". {why}" if why else ""), myth
+
+        def falls(end):
+            if _same_end(end, ref_end):
+                return True, ""
+            why, myth = why_stuck(end)
+            return False, _fall_text(start, end, ref_end, 30) + (f". {why}" if why else ""), myth
+
+        return score(self.qid, [
+            Requirement(pre + "every parameter receives a non-zero gradient", fed,
+                        part="gradients"),
+            Requirement(pre + "every parameter moves", moved, part="training"),
+            Requirement(pre + "the loss ends where the reference run's ends (the same loop, "
+                        "every parameter recorded)", falls, part="training"),
+        ], run)
 
 
 def _forward_inplace_reference(model, x):
-    import torch
-
     return model.head(torch.tanh(model.embed(x)).clamp(min=0))
 
 
@@ -920,60 +1111,134 @@ class Q10InPlace(WriteCode):
     title = "Find the bug: negatives wiped in place (case 4)"
     function_name = "forward"
     part_names = ["gradients", "training"]
+    starter = '''\
+def forward(model, x):
+    h = torch.tanh(model.embed(x))
+    h[h < 0] = 0                             # wipe the negative activations
+    return model.head(h)
+'''
 
     def grade_code(self, fn, part, variant):
-        import torch
-        import torch.nn.functional as F
-
-        try:
-            forward = define_learner(fn)
-        except LearnerCodeError as exc:
-            return _failed(self.qid, f"Your function failed: {exc.summary}")
         ns = clinic()
-        seed, width = _setting(variant)
+        seed, width, pre = _patient(variant)
         x, y = ns["clinic_problem"](seed)
         model = ns["clinic_model"](seed, width)
+        hidden_edit = _uses(fn, ".data", ".numpy(")
+        # the reference, done by torch before any learner code runs
         reference = copy.deepcopy(model)
+        ref_out = _forward_inplace_reference(reference, x)
+        names = [n for n, _ in _trainable(reference)]
+        ref_grads = [tf._tolist(g) for g in torch.autograd.grad(
+            F.mse_loss(ref_out, y), [p for _, p in _trainable(reference)])]
+        ref_out = tf._tolist(ref_out.detach())
         with torch.no_grad():
+            unclamped = tf._tolist(_clinic_forward(model, x))
             start = float(F.mse_loss(_forward_inplace_reference(model, x), y))
-            try:
-                same = _close(tf._tolist(forward(model, x)),
-                              tf._tolist(_forward_inplace_reference(model, x)))
-            except Exception:
-                same = False
-        _sgd_run(reference, lambda m, v: _forward_inplace_reference(m, v), F.mse_loss, x, y,
-                 30, 0.2)
-        watch = Watch(model)
-        try:
-            _sgd_run(model, forward, F.mse_loss, x, y, 30, 0.2)
-            error = None
-        except Exception as exc:
-            error = _first_line(exc)
-        finally:
-            watch.close()
+        _sgd(reference, lambda m: F.mse_loss(_forward_inplace_reference(m, x), y), 30, 0.2)
         with torch.no_grad():
-            end = float(F.mse_loss(_forward_inplace_reference(model, x), y))
             ref_end = float(F.mse_loss(_forward_inplace_reference(reference, x), y))
 
-        def values():
-            return same, ("the output differs from head(tanh(embed(x)) with the negative "
-                          "activations set to 0)")
+        def run():
+            out = run_learner(fn, model, x).result
+            if not tf.is_tensor(out):
+                return {"out": None, "type": type(out).__name__}
+            try:
+                grads = torch.autograd.grad(F.mse_loss(out, y), [p for _, p in _trainable(model)],
+                                            allow_unused=True)
+            except Exception as exc:
+                raise _crash(exc, "when backward ran through your output") from None
+            facts = {"out": tf._tolist(out.detach()),
+                     "grads": [None if g is None else tf._tolist(g) for g in grads],
+                     "error": None}
+            forward = define_learner(fn)
+            watch = Watch(model)
+            try:
+                _sgd(model, lambda m: F.mse_loss(forward(m, x), y), 30, 0.2)
+            except Exception as exc:
+                facts["error"] = _first_line(exc)
+            finally:
+                watch.close()
+            facts["watch"] = watch
+            with torch.no_grad():
+                facts["end"] = float(F.mse_loss(_forward_inplace_reference(model, x), y))
+            return facts
 
-        checks = _training_checks(watch, start, end, ref_end, error, 30, None, None)
-        checks.insert(0, ("gradients", "the output keeps the negatives wiped (same values as "
-                          "before the fix)", values, None))
-        if error and "inplace" in error:
-            checks = [(p, t, f, "inplace_never_checked" if m is None else m)
-                      for p, t, f, m in checks]
-        return _score(self.qid, checks, part)
+        tensor = _given("the output tensor")
+
+        @tensor
+        def values(facts):
+            out = facts["out"]
+            if _close(out, ref_out):
+                return True, ""
+            if _close(out, unclamped):
+                return False, ("your output is `head(tanh(embed(x)))`: the negative activations "
+                               "are no longer set to 0")
+            return False, "your output differs from it"
+
+        @tensor
+        def gradients(facts):
+            bad = [n for n, g, r in zip(names, facts["grads"], ref_grads, strict=True)
+                   if not _close(g, r)]
+            if not bad:
+                return True, ""
+            missing = [n for n, g in zip(names, facts["grads"], strict=True) if g is None]
+            if missing:
+                return False, f"{_names(missing)} get no gradient (`None`: no route back)", \
+                    _cut_myth(fn)
+            if hidden_edit:
+                return False, (f"the gradient of {_names(bad)} differs from torch's: the edit "
+                               "through `.data` was hidden from autograd, so backward used the "
+                               "edited `tanh` output and let the wiped entries pass gradient "
+                               "back to `embed`"), "data_is_safe"
+            return False, f"the gradient of {_names(bad)} differs from torch's"
+
+        @tensor
+        def moved(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}", diagnose_error(
+                    facts["error"].split(":")[0], facts["error"])
+            still = facts["watch"].unmoved()
+            return not still, f"never moved: {_names(still)}", _cut_myth(fn)
+
+        @tensor
+        def falls(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}"
+            end = facts["end"]
+            return _same_end(end, ref_end), _fall_text(start, end, ref_end, 30), (
+                "data_is_safe" if hidden_edit else None)
+
+        def on_error(exc):
+            if "modified by an inplace operation" in exc.summary and _uses(fn, "no_grad"):
+                return "no_grad_edit_unchecked"
+            return None
+
+        target = "`head(tanh(embed(x)).clamp(min=0))`"
+        return score(self.qid, [
+            Requirement(pre + f"the output keeps the negatives wiped (the values of {target})",
+                        values, part="gradients"),
+            Requirement(pre + f"every parameter gets the gradient torch computes for {target}",
+                        gradients, part="gradients"),
+            Requirement(pre + "every parameter moves in 30 SGD steps", moved, part="training"),
+            Requirement(pre + "the loss ends where the reference run's ends", falls,
+                        part="training"),
+        ], run, on_error=on_error)
 
 
 def _forward_gate_reference(model, x):
-    import torch
-
     h = torch.tanh(model.embed(x))
     g = torch.sigmoid(model.gate(h))
     return g * model.fine(h) + (1 - g) * model.coarse(h)
+
+
+def _gate_myth(fn: LearnerFunction, statuses: dict[str, str]) -> str | None:
+    """A hard choice (a comparison: no route to the gate, zeros to the unpicked branch), or a
+    route kept but carrying zeros (`0 * gate(h)`), taken for a gradient that trains."""
+    if _uses(fn, ">", "<", "where(", "argmax(", ".round(", "sign("):
+        return "hard_choice_trains"
+    if any(s == "zero" for s in statuses.values()):
+        return "grad_none_check_enough"
+    return None
 
 
 @lesson.register
@@ -982,42 +1247,83 @@ class Q11Gate(WriteCode):
     title = "Find the bug: the gate that never learns (case 5)"
     function_name = "gated_forward"
     part_names = ["gradients", "training"]
+    starter = '''\
+def gated_forward(model, x):
+    h = torch.tanh(model.embed(x))
+    choose_fine = model.gate(h) > 0          # per parcel: fine or coarse?
+    return torch.where(choose_fine, model.fine(h), model.coarse(h))
+'''
+    STEPS = 40
 
     def grade_code(self, fn, part, variant):
-        import torch
-        import torch.nn.functional as F
-
-        try:
-            forward = define_learner(fn)
-        except LearnerCodeError as exc:
-            return _failed(self.qid, f"Your function failed: {exc.summary}")
         ns = clinic()
-        seed, width = _setting(variant)
+        seed, width, pre = _patient(variant)
         x, y = ns["clinic_problem"](seed)
         model = ns["gated_model"](seed, width)
         reference = copy.deepcopy(model)
         with torch.no_grad():
-            try:
-                start = float(F.mse_loss(forward(model, x), y))
-            except Exception:
-                start = float("nan")
             ref_start = float(F.mse_loss(_forward_gate_reference(reference, x), y))
-        _sgd_run(reference, _forward_gate_reference, F.mse_loss, x, y, 40, 0.2)
-        watch = Watch(model)
-        try:
-            _sgd_run(model, forward, F.mse_loss, x, y, 40, 0.2)
-            error = None
-        except Exception as exc:
-            error = _first_line(exc)
-        finally:
-            watch.close()
+        _sgd(reference, lambda m: F.mse_loss(_forward_gate_reference(m, x), y), self.STEPS, 0.2)
         with torch.no_grad():
-            try:
-                end = float(F.mse_loss(forward(model, x), y))
-            except Exception:
-                end = float("nan")
             ref_end = float(F.mse_loss(_forward_gate_reference(reference, x), y))
-        # Compare falls from each run's own start (a soft gate starts elsewhere than a hard one).
-        ref_end_same_fall = start - (ref_start - ref_end)
-        return _score(self.qid, _training_checks(
-            watch, start, end, ref_end_same_fall, error, 40, "hard_choice_trains", None), part)
+
+        def run():
+            out = run_learner(fn, model, x).result
+            if not tf.is_tensor(out):
+                return {"out": None, "type": type(out).__name__}
+            try:
+                statuses = _statuses(model, F.mse_loss(out, y))
+            except Exception as exc:
+                raise _crash(exc, "when backward ran through your output") from None
+            facts = {"out": out, "statuses": statuses, "error": None}
+            forward = define_learner(fn)
+            with torch.no_grad():
+                facts["start"] = float(F.mse_loss(forward(model, x), y))
+            watch = Watch(model)
+            try:
+                _sgd(model, lambda m: F.mse_loss(forward(m, x), y), self.STEPS, 0.2)
+                with torch.no_grad():
+                    facts["end"] = float(F.mse_loss(forward(model, x), y))
+            except Exception as exc:
+                facts["error"] = _first_line(exc)
+            finally:
+                watch.close()
+            facts["watch"] = watch
+            return facts
+
+        tensor = _given("the output tensor")
+
+        @tensor
+        def fed(facts):
+            starved = _starved_text(facts["statuses"])
+            return not starved, f"no useful report reaches {starved}", \
+                _gate_myth(fn, facts["statuses"])
+
+        @tensor
+        def moved(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}"
+            still = facts["watch"].unmoved()
+            return not still, f"never moved: {_names(still)}", \
+                _gate_myth(fn, facts["watch"].statuses())
+
+        @tensor
+        def falls(facts):
+            if facts["error"]:
+                return False, f"training raised {facts['error']}"
+            start, end = facts["start"], facts["end"]
+            # each run's fall from its own start (a soft gate starts elsewhere than a hard one)
+            ok = math.isfinite(end) and (start - end) >= 0.9 * (ref_start - ref_end)
+            return ok, (f"in {self.STEPS} SGD steps your run took the loss from {start:.4g} to "
+                        f"{end:.4g}, a fall of {start - end:.3g}; the soft gate's reference run "
+                        f"falls by {ref_start - ref_end:.3g}"), _gate_myth(
+                fn, facts["watch"].statuses())
+
+        return score(self.qid, [
+            Requirement(pre + "`embed`, `gate`, `fine` and `coarse` all get a non-zero gradient",
+                        fed, part="gradients"),
+            Requirement(pre + f"every parameter moves in {self.STEPS} SGD steps", moved,
+                        part="training"),
+            Requirement(pre + "the loss falls at least 90 % as far as with the soft gate "
+                        "`g * fine + (1 - g) * coarse`", falls, part="training"),
+        ], run)
