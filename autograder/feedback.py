@@ -81,10 +81,22 @@ def _misconception(key: str) -> tuple[str, str]:
     return m.name, where
 
 
+def _distinct(verdict: Verdict) -> list:
+    """The findings to show: one line for findings that say the same (a crash reported once per
+    part, in a view of the whole question)."""
+    seen, out = set(), []
+    for f in verdict.findings:
+        key = (f.status, f.text, f.misconception)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
 def text(verdict: Verdict) -> str:
     """Plain-text feedback: the headline, then one marked line per finding."""
     lines = [headline(verdict)]
-    for f in verdict.findings:
+    for f in _distinct(verdict):
         lines.append(f"  {MARK[f.status]} {_plain(f.text)}")
         if f.misconception:
             name, where = _misconception(f.misconception)
@@ -98,7 +110,7 @@ def html(verdict: Verdict) -> str:
     head = (f'<div style="font-weight:bold;color:{COLOUR[state]}">'
             f"{_html.escape(headline(verdict))}</div>")
     rows = []
-    for f in verdict.findings:
+    for f in _distinct(verdict):
         myth = ""
         if f.misconception:
             name, where = _misconception(f.misconception)
