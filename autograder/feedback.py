@@ -100,8 +100,8 @@ def text(verdict: Verdict) -> str:
         lines.append(f"  {MARK[f.status]} {_plain(f.text)}")
         if f.misconception:
             name, where = _misconception(f.misconception)
-            lines.append(f"      This looks like a common belief: {name}"
-                         + (f" (see {where})." if where else "."))
+            lines.append(f"      This looks like a common belief: {_plain(name)}"
+                         + (f" (see {_plain(where)})." if where else "."))
     return "\n".join(lines)
 
 
@@ -115,8 +115,8 @@ def html(verdict: Verdict) -> str:
         if f.misconception:
             name, where = _misconception(f.misconception)
             myth = ('<div style="color:#444;font-style:italic;margin-left:1.4em">'
-                    f"This looks like a common belief: {_html.escape(name)}"
-                    + (f" (see {_html.escape(where)})" if where else "") + ".</div>")
+                    f"This looks like a common belief: {_rich(name)}"
+                    + (f" (see {_rich(where)})" if where else "") + ".</div>")
         rows.append(
             f'<li style="margin:0.15em 0"><span style="color:{COLOUR[f.status]};'
             f'font-weight:bold" title="{WORD[f.status]}">{MARK[f.status]}</span> '
