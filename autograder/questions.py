@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
-from autograder.misconceptions import MISCONCEPTIONS, diagnose_error
+from autograder.misconceptions import diagnose_error
 from autograder.verdict import RIGHT, TODO, WRONG, Finding, Verdict, right, todo, wrong
 
 __all__ = [
@@ -40,13 +40,6 @@ __all__ = [
 
 # --------------------------------------------------------------------------- verdicts
 # The verdict lives in autograder.verdict (no torch there: the kernel reads it too).
-
-
-def myth_text(key: str | None) -> str:
-    """The learner-facing name of a named misconception."""
-    if not key:
-        return ""
-    return MISCONCEPTIONS[key].name
 
 
 # --------------------------------------------------------------------------- comparing
@@ -336,14 +329,6 @@ def score(qid: str, requirements: Iterable[Requirement], run: Callable[[], Any] 
         parts = list(dict.fromkeys(r.part for r in reqs))
         return Verdict(qid, [raised_finding(exc, on_error, p) for p in parts])
     return Verdict(qid, [r.judge(result) for r in reqs])
-
-
-def score_requirements(qid, run, requirements, part=None):  # TRANSITION: lessons move to score()
-    return score(qid, requirements, lambda: run, part)
-
-
-def score_run(qid, run_fn, requirements, part=None, on_error=None):  # TRANSITION: use score()
-    return score(qid, requirements, run_fn, part, on_error)
 
 
 _NOT_IMPLEMENTED = {"NotImplementedError", "NotImplemented"}

@@ -37,8 +37,6 @@ class Finding:
     part: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.status, bool):  # Finding(ok, text): the older spelling
-            self.status = RIGHT if self.status else WRONG
         if self.status not in (RIGHT, WRONG, TODO):
             raise ValueError(f"a finding's status is right, wrong or todo, not {self.status!r}")
         if self.status != WRONG:
