@@ -3,6 +3,8 @@
     autograder release [ASSIGNMENT ...]   regenerate release/ from source/ with nbgrader
     autograder release --check            exit 1 if release/ is stale (what CI checks)
     autograder grade ASSIGNMENT           grade all submissions: parallel, sandboxed (docs/grading.md)
+    autograder report ASSIGNMENT | --all  class report: questions, misconceptions, who needs
+                                          attention (HTML + CSV; docs/report.md)
 """
 
 from __future__ import annotations
@@ -43,10 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     from autograder.grading import cli as grading_cli  # cheap: heavy imports happen in grade()
 
     grading_cli.add_parser(sub)
+    from autograder import analytics  # cheap: nbgrader and matplotlib load in report()
+
+    analytics.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # jsonschema (through nbformat) imports the optional rfc3987_syntax, which compiles a
+    # grammar at import (seconds, more on a busy machine); only its "iri" format checker needs
+    # it, and nbformat's schema has no such format (`autograder grade` did this already)
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     args = build_parser().parse_args(argv)
     return args.func(args)
 
