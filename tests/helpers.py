@@ -65,6 +65,18 @@ def submission(assignment: str, solve: set[str] | None = None) -> nbformat.Noteb
     return out
 
 
+def planted(assignment: str, solve: set[str] | None = None,
+            extra: dict[str, list[str]] | None = None) -> nbformat.NotebookNode:
+    """:func:`submission`, with lines appended to answer cells (``grade_id -> lines``): a
+    learner's planted wrong answer, e.g. ``{"q1_answer": ['q1_is_leaf["water"] = False']}``."""
+    nb = submission(assignment, solve)
+    for cell in nb.cells:
+        lines = (extra or {}).get(meta(cell).get("grade_id"))
+        if is_answer(cell) and lines:
+            cell.source = cell.source.rstrip("\n") + "\n" + "\n".join(lines)
+    return nb
+
+
 def answer_ids(assignment: str) -> list[str]:
     nb = read(notebook_path(assignment, RELEASE))
     return [meta(c)["grade_id"] for c in nb.cells if is_answer(c)]
