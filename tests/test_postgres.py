@@ -3,23 +3,28 @@
 The course's ``nbgrader_config.py`` takes the gradebook from ``NBGRADER_DB_URL``. On the
 same submissions of ``01_leaves``, the tool chain runs against PostgreSQL: nbgrader's
 ``generate_assignment``, ``autograder grade``, stock ``nbgrader autograde``,
-``generate_feedback``, ``export`` and the Formgrader's data API; the scores must equal those
-of the same submissions graded with the default SQLite gradebook. A second grader on the same
-database (another course folder, so the folder lock does not see it) is refused plainly.
+``generate_feedback``, ``export``, the Formgrader's data API and ``autograder report``; the
+scores and the class report must equal those of the same submissions graded with the default
+SQLite gradebook, and the report's numbers those its planted answers imply
+(``known_answers.py``). A second grader on the same database (another course folder, so the
+folder lock does not see it) is refused plainly.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import answer_ids, make_course, submission, submit
+from helpers import make_course
+from known_answers import HALF, WATER, built, by, check_myths, check_rows, submit_class
 from servers import Postgres, postgres_bin
 
+from autograder import analytics
 from autograder.grading.sandbox import sandbox_problem
 from autograder.grading.state import DatabaseLock
 from autograder.pipeline import nbgrader_env
@@ -29,6 +34,8 @@ pytestmark = [pytest.mark.grading, pytest.mark.slow]
 ASSIGNMENT = "01_leaves"
 COURSE_ID = "leaf-tensors"
 SANDBOX_ARGS = [] if sandbox_problem() is None else ["--no-sandbox"]
+#: learner -> (answer cells solved, None for all; planted wrong answers)
+CLASS = {"full": (None, []), "partial": (HALF, [WATER]), "blank": (set(), [])}
 
 
 def run(course: Path, *args: str, db: str | None, check: bool = True):
@@ -71,13 +78,10 @@ def pg(tmp_path_factory):
 @pytest.fixture(scope="module")
 def graded(pg, tmp_path_factory):
     """The same class graded into SQLite and into PostgreSQL."""
-    ids = answer_ids(ASSIGNMENT)
-    answers = {"full": None, "partial": set(ids[: len(ids) // 2]), "blank": set()}
     courses = {}
     for kind in ("sqlite", "postgres"):
         course = make_course(tmp_path_factory.mktemp(kind))
-        for student, solve in answers.items():
-            submit(course, student, ASSIGNMENT, submission(ASSIGNMENT, solve=solve))
+        submit_class(course, CLASS)
         courses[kind] = course
     url = pg.createdb("gradebook")
     for kind, course in courses.items():
@@ -86,21 +90,52 @@ def graded(pg, tmp_path_factory):
         run(course, "autograder", "grade", ASSIGNMENT, "--workers", "2", *SANDBOX_ARGS, db=db)
     sqlite = per_cell(f"sqlite:///{courses['sqlite'] / 'gradebook.db'}")
     ours = per_cell(url)
-    return courses["postgres"], url, sqlite, ours
+    reports = {"sqlite": report(courses["sqlite"], None, tmp_path_factory.mktemp("r-sqlite")),
+               "postgres": report(courses["postgres"], url, tmp_path_factory.mktemp("r-pg"))}
+    return courses["postgres"], url, sqlite, ours, reports
+
+
+def report(course: Path, db: str | None, out: Path) -> dict:
+    """``autograder report``'s CSV files, built in this process on the gradebook ``db``."""
+    old = os.environ.pop("NBGRADER_DB_URL", None)
+    if db:
+        os.environ["NBGRADER_DB_URL"] = db
+    try:
+        analytics.build(course, [ASSIGNMENT], out=out)
+    finally:
+        os.environ.pop("NBGRADER_DB_URL", None)
+        if old is not None:
+            os.environ["NBGRADER_DB_URL"] = old
+    got = built(out)
+    got.pop("html")
+    return got
 
 
 def test_autograder_grade_on_postgres_gives_the_sqlite_scores(graded):
-    course, url, sqlite, ours = graded
+    course, url, sqlite, ours, _ = graded
     assert not (course / "gradebook.db").exists()  # everything went to the server
     assert set(ours) == {"full", "partial", "blank"}
     assert ours == sqlite
     assert ours["full"][0] > ours["partial"][0] > ours["blank"][0] == 0
 
 
-def test_stock_nbgrader_and_the_rest_of_the_chain_on_postgres(graded):
-    course, url, sqlite, ours = graded
+def test_the_class_report_on_postgres_is_exact_and_the_sqlite_one(graded):
+    _, _, _, _, reports = graded
+    assert reports["postgres"] == reports["sqlite"]
+    rep = reports["postgres"]
+    check_rows(by(rep["questions"], "label"), CLASS)
+    check_myths(rep["misconceptions"], CLASS, len(CLASS))
+    assert [(r["key"], r["learner_ids"], r["questions"]) for r in rep["misconceptions"]] == \
+        [("leaf_means_trainable", "partial", "Q1(tricky):1")]
+    assert rep["attention"] == []
+
+
+def test_stock_nbgrader_and_the_rest_of_the_chain_on_postgres(graded, tmp_path):
+    course, url, sqlite, ours, reports = graded
     run(course, "nbgrader", "autograde", ASSIGNMENT, "--force", db=url)
     assert per_cell(url) == sqlite  # stock nbgrader, same database: same scores
+    # its graded notebooks carry the same verdicts, replaced, not added: the same report
+    assert report(course, url, tmp_path) == reports["postgres"]
     run(course, "nbgrader", "generate_feedback", ASSIGNMENT, "--force", db=url)
     for student in ours:
         assert (course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").exists()
@@ -123,7 +158,7 @@ def test_stock_nbgrader_and_the_rest_of_the_chain_on_postgres(graded):
 
 def test_a_second_grader_on_the_same_database_is_refused(graded, tmp_path):
     """Another course folder (another machine) on the same PostgreSQL gradebook."""
-    course, url, _, _ = graded
+    course, url, _, _, _ = graded
     other = tmp_path / "other"
     shutil.copytree(course, other, ignore=shutil.ignore_patterns("autograded", "feedback"))
     holder = DatabaseLock(url, COURSE_ID)
