@@ -710,7 +710,7 @@ def heatmap_png(data: ClassData, rows: list[Row], names: Names) -> str:
             blank = all(x.verdict is not None and not x.verdict.answered for x in results)
             if not blank:
                 grid[i, j] = r.scores[lr.student] / r.max_score if r.max_score else 0.0
-    height = min(max(2.6, 0.3 * n + 1.8), 30.0)
+    height = max(2.6, 0.3 * n + 1.8) if n <= 80 else 14.0  # a big class: one thin band each
     fig = _figure(9.5, height)
     ax = fig.add_subplot()
     cmap = LinearSegmentedColormap.from_list("score", [ZERO, "#fee090", FULL]).with_extremes(
@@ -736,7 +736,8 @@ def heatmap_png(data: ClassData, rows: list[Row], names: Names) -> str:
     ax.set_yticks([y - 0.5 for y in range(1, n)] if n <= 80 else [], minor=True)
     ax.grid(which="minor", color="white", linewidth=1)
     ax.tick_params(which="minor", length=0)
-    bar = fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
+    bar = fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, shrink=min(1.0, 3.2 / height),
+                       anchor=(0.0, 1.0), panchor=(1.0, 1.0))  # beside the first rows
     bar.set_label("share of the question's points", fontsize=11)
     bar.ax.tick_params(labelsize=10)
     bar.set_ticks([0, 0.5, 1])
