@@ -6,6 +6,11 @@ runs ``SAVED_BYTES``, the notebook's import of lesson 02's helper in section 6) 
 facts; a code question runs the learner's function in the oracle, counting the
 tensors autograd saves for backward while it runs, and compares what it did with
 what torch's own tools (``torch.optim.SGD``, ``torch.clamp``, ``no_grad``) do.
+
+A misconception is named only from evidence: the value a learner predicted (read with the
+rest of the answer where one blank explains another), or what torch reports about what the
+learner's code made and did (a ``grad_fn``, bytes saved for backward, a version counter that
+did or did not move, the model's mode, the switch left off).
 """
 
 from __future__ import annotations
@@ -15,20 +20,23 @@ import warnings
 from typing import Any
 
 import torch
+from torch.optim.sgd import sgd as _sgd_update  # SGD.step()'s own update (*)
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName, LearnerFunction
+from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
 from autograder.questions import (
+    WRONG,
     CodeRun,
     Item,
     LearnerCodeError,
     Lesson,
     Predict,
     Requirement,
+    Verdict,
     WriteCode,
     learner_namespace,
     run_learner,
-    score_run,
+    score,
     values_equal,
 )
 
@@ -41,10 +49,26 @@ _set_grad_enabled = torch._C._set_grad_enabled
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks
 _no_grad = torch.no_grad
 _equal = torch.equal
+# (*) Building a torch.optim.SGD imports torch._dynamo, over a second in every forked check;
+# the update function SGD.step() runs does not.
 
 
 def _error_name(err) -> ExceptionName | None:
     return None if err is None else ExceptionName(type(err).__name__)
+
+
+def _plain(given: Any) -> Any:
+    """A predicted value as plain data (a tensor answer as its values)."""
+    return given.values if isinstance(given, TensorValue) else given
+
+
+def _says_raises(given: Any) -> bool | None:
+    """Whether an answer to "which exception?" says that something raised (None: unreadable)."""
+    if given is None or given is False:
+        return False
+    if given is True or (isinstance(given, str) and given):
+        return True
+    return None
 
 
 # --------------------------------------------------------------------------- Q1
@@ -59,39 +83,37 @@ mixed = quiet + w                    # after the block, from quiet and w
 """
 
 
-def _flag_myth(if_true: str, if_false: str):
-    def choose(given: Any, expected: Any) -> str | None:
-        if given is True and expected is False:
-            return if_true
-        if given is False and expected is True:
-            return if_false
-        return None
-
-    return choose
-
-
 @lesson.register
 class Q1MonitorsOff(Predict):
     qid = "q1"
     title = "Made with the monitors off"
     code = QUIET
     items = [
-        Item("w.requires_grad", "no_grad() does not touch the flags of existing tensors: it only "
-             "stops recording new operations. w is still a sorting centre.",
+        Item("w.requires_grad", "`no_grad()` does not touch the flags of existing tensors: it only "
+             "stops recording new operations. `w` is still a sorting centre.",
              "no_grad_flips_flag", part="inside"),
-        Item("quiet.requires_grad", "nothing is recorded inside no_grad(), so a result made there "
-             "does not require grad, even from w.", "no_grad_result_has_history", part="inside"),
-        Item("quiet.is_leaf", "no recorded operation made quiet, so it is a leaf (an ordinary "
+        Item("quiet.requires_grad", "Nothing is recorded inside `no_grad()`, so a result made "
+             "there does not require grad, even from `w`.", "no_grad_result_has_history",
+             part="inside"),
+        Item("quiet.is_leaf", "No recorded operation made `quiet`, so it is a leaf (an ordinary "
              "parcel with no waybill history).", "no_grad_result_has_history", part="inside"),
-        Item("loud.is_leaf", "after the block recording is on again: w * 2 gets a grad_fn and is "
-             "a transit station.", "output_can_be_leaf", part="inside"),
-        Item("later.requires_grad", "quiet stays a tensor without history after the block ends: "
-             "quiet + 1 has no input that requires grad, so nothing is recorded.",
+        Item("loud.is_leaf", "The switch is back on once the block ends: `w * 2` gets a `grad_fn` "
+             "and is a transit station.", "grad_mode_scope", part="inside"),
+        Item("later.requires_grad", "`quiet` stays a tensor without history after the block ends: "
+             "`quiet + 1` has no input that requires grad, so nothing is recorded.",
              "no_grad_wears_off", part="after"),
-        Item("mixed.requires_grad", "one input (w) requires grad, so quiet + w is recorded; "
-             "quiet enters that record as a constant.",
-             _flag_myth("no_grad_wears_off", "output_can_be_leaf"), part="after"),
+        Item("mixed.requires_grad", "One input (`w`) requires grad, so `quiet + w` is recorded; "
+             "`quiet` enters that record as a constant.", "no_grad_result_unusable",
+             part="after"),
     ]
+
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        # loud is a leaf only if w lost its flag, when that is what the learner said
+        if (finding.status == WRONG and item.key == "loud.is_leaf"
+                and answer.get("w.requires_grad") is False):
+            finding.misconception = "no_grad_flips_flag"
+        return finding
 
     def facts(self, ns):
         return {
@@ -106,7 +128,7 @@ class Q1MonitorsOff(Predict):
 
 # --------------------------------------------------------------------------- Q2
 
-SEED004 = """\
+BACKWARD_THROUGH_QUIET = """\
 x = torch.tensor([1.0, 2.0], requires_grad=True)
 with torch.no_grad():
     y = x * 2                        # a transit station built with the monitors off
@@ -121,11 +143,21 @@ total.backward()
 """
 
 
+def _silent_myth(key: str):
+    """An error item: ``key`` when the learner said nothing is raised."""
+    def choose(given: Any, expected: Any) -> str | None:
+        return key if _says_raises(given) is False and expected is not None else None
+
+    return choose
+
+
 def _branch_myth(given: Any, expected: Any) -> str | None:
-    if isinstance(given, list) and values_equal(given, [3.0 * e for e in expected]):
-        return "no_grad_branch_counts"
+    given = _plain(given)
     if given is None:
         return "no_grad_result_unusable"
+    if isinstance(given, list) and isinstance(expected, list) and values_equal(
+            given, [3.0 * e for e in expected]):
+        return "no_grad_branch_counts"
     return None
 
 
@@ -133,16 +165,16 @@ def _branch_myth(given: Any, expected: Any) -> str | None:
 class Q2BackwardThroughQuiet(Predict):
     qid = "q2"
     title = "Backward through a tensor made under no_grad"
-    code = SEED004
+    code = BACKWARD_THROUGH_QUIET
     items = [
-        Item("error", "z was computed from y only, and y records no history: nothing on the route "
-             "requires grad, so backward() raises RuntimeError ('does not require grad and does "
-             "not have a grad_fn'). Answer with the class (RuntimeError) or None.",
-             "no_grad_backward_silent"),
-        Item("z.is_leaf", "z was computed from tensors that do not require grad only: a leaf.",
+        Item("error", "`z` was computed from `y` only, and `y` records no history: nothing on the "
+             "route requires grad, so `backward()` raises RuntimeError ('does not require grad "
+             "and does not have a grad_fn'). Answer with the class (`RuntimeError`) or `None`.",
+             _silent_myth("no_grad_backward_silent")),
+        Item("z.is_leaf", "`z` was computed from tensors that do not require grad only: a leaf.",
              "no_grad_wears_off"),
-        Item("x.grad", "the route through y was recorded with the monitors off, so only the "
-             "direct route x -> total reports back: d total / dx = 1 for each element. (The "
+        Item("x.grad", "The route through `y` was recorded with the monitors off, so only the "
+             "direct route `x -> total` reports back: d total / dx = 1 for each element. (The "
              "failed backward before stored nothing.)", _branch_myth),
     ]
 
@@ -186,17 +218,17 @@ class Q3WhichSwitchWins(Predict):
     title = "Which switch wins?"
     code = SWITCHES
     items = [
-        Item("a.requires_grad", "enable_grad() is the innermost switch when a = p * 2 runs: "
+        Item("a.requires_grad", "`enable_grad()` is the innermost switch when `a = p * 2` runs: "
              "recording is on again inside it.", _SCOPE, part="blocks"),
-        Item("b.requires_grad", "when enable_grad()'s block ends, the no_grad() around it is in "
-             "force again.", _SCOPE, part="blocks"),
-        Item("c.requires_grad", "set_grad_enabled(False) is no_grad() with a flag: "
-             "set_grad_enabled(is_training) switches on a variable.", _SCOPE, part="blocks"),
-        Item("d.requires_grad", "the decorator switches recording off inside quick_look, which is "
-             "the innermost switch when t * 3 runs.", _SCOPE, part="calls"),
-        Item("e.requires_grad", "called as a plain function, set_grad_enabled(False) switches "
+        Item("b.requires_grad", "When `enable_grad()`'s block ends, the `no_grad()` around it is "
+             "in force again.", _SCOPE, part="blocks"),
+        Item("c.requires_grad", "`set_grad_enabled(False)` is `no_grad()` with a flag: "
+             "`set_grad_enabled(is_training)` switches on a variable.", _SCOPE, part="blocks"),
+        Item("d.requires_grad", "The decorator switches recording off inside `quick_look`, which "
+             "is the innermost switch when `t * 3` runs.", _SCOPE, part="calls"),
+        Item("e.requires_grad", "Called as a plain function, `set_grad_enabled(False)` switches "
              "recording off until something switches it on again.", _SCOPE, part="calls"),
-        Item("f.requires_grad", "set_grad_enabled(True) switched recording back on.", _SCOPE,
+        Item("f.requires_grad", "`set_grad_enabled(True)` switched recording back on.", _SCOPE,
              part="calls"),
     ]
 
@@ -227,24 +259,36 @@ except RuntimeError as err:
 """
 
 
+def _inference_grad_myth(given: Any, expected: Any) -> str | None:
+    """None: quiet cannot take part; twice the truth: frozen * w went through as well."""
+    given = _plain(given)
+    if given is None:
+        return "no_grad_result_unusable"
+    if isinstance(given, list) and isinstance(expected, list) and values_equal(
+            given, [2.0 * e for e in expected]):
+        return "inference_mode_is_no_grad"
+    return None
+
+
 @lesson.register
 class Q4InferenceMode(Predict):
     qid = "q4"
     title = "inference_mode() versus no_grad()"
     code = INFERENCE
     items = [
-        Item("frozen.requires_grad", "nothing is recorded in inference mode either.",
+        Item("frozen.requires_grad", "Nothing is recorded in inference mode either.",
              "no_grad_result_has_history"),
-        Item("frozen.is_inference()", "a tensor made in inference mode is an *inference tensor*, "
+        Item("frozen.is_inference()", "A tensor made in inference mode is an *inference tensor*, "
              "marked for good.", "inference_mode_is_no_grad"),
-        Item("quiet.is_inference()", "no_grad() makes ordinary tensors: only inference_mode() "
-             "marks them.", "inference_mode_is_no_grad"),
-        Item("frozen_error", "frozen * w must save frozen for w's gradient, and an inference "
-             "tensor cannot be saved for backward: RuntimeError. (frozen.clone() outside "
-             "inference mode is an ordinary tensor.)", "inference_mode_is_no_grad"),
-        Item("w.grad", "quiet is an ordinary tensor without history: it takes part as a constant "
-             "(bottled sauce), so d sum(quiet * w) / dw = quiet = [2, 4].",
-             "no_grad_result_unusable"),
+        Item("quiet.is_inference()", "`no_grad()` makes ordinary tensors: only "
+             "`inference_mode()` marks them.", "inference_mode_is_no_grad"),
+        Item("frozen_error", "`frozen * w` must save `frozen` for `w`'s gradient, and an "
+             "inference tensor cannot be saved for backward: RuntimeError. (`frozen.clone()` "
+             "outside inference mode is an ordinary tensor.)",
+             _silent_myth("inference_mode_is_no_grad")),
+        Item("w.grad", "The failed backward stored nothing, and `quiet` is an ordinary tensor "
+             "without history: it takes part as a constant (bottled sauce), so "
+             "d sum(quiet * w) / dw = quiet = [2, 4].", _inference_grad_myth),
     ]
 
     def facts(self, ns):
@@ -279,15 +323,15 @@ class Q5EvalIsNotNoGrad(Predict):
     title = "model.eval() is not no_grad()"
     code = EVAL
     items = [
-        Item("out_eval.requires_grad", "eval() only switches layers like Dropout and BatchNorm to "
-             "their evaluation behaviour; recording goes on (out_eval has a grad_fn).",
+        Item("out_eval.requires_grad", "`eval()` only switches layers like Dropout and BatchNorm "
+             "to their evaluation behaviour; recording goes on (`out_eval` has a `grad_fn`).",
              "eval_is_no_grad"),
-        Item("out_quiet.requires_grad", "no_grad() switched recording off.",
+        Item("out_quiet.requires_grad", "`no_grad()` switched recording off.",
              "no_grad_result_has_history"),
-        Item("torch.equal(out_eval, out_quiet)", "no_grad() changes what is recorded, never the "
-             "numbers: both ran in evaluation mode, where dropout does nothing.",
+        Item("torch.equal(out_eval, out_quiet)", "`no_grad()` changes what is recorded, never "
+             "the numbers: both ran in evaluation mode, where dropout does nothing.",
              "no_grad_changes_values"),
-        Item("torch.equal(again_1, again_2)", "no_grad() does not touch model.training: in "
+        Item("torch.equal(again_1, again_2)", "`no_grad()` does not touch `model.training`: in "
              "training mode dropout still draws a fresh random mask on every call.",
              "no_grad_disables_dropout"),
     ]
@@ -329,21 +373,21 @@ class Q6StepInsideNoGrad(Predict):
     title = "optimizer.step() inside no_grad()"
     code = STEP
     items = [
-        Item("torch.equal(net_a.weight, net_b.weight)", "step() switches recording off itself "
-             "before it updates anything, so wrapping it in no_grad() changes nothing: the two "
-             "networks get the same update.", "step_inside_no_grad_breaks", part="seed"),
-        Item("net_b.weight.is_leaf", "step() updates the parameter in place under disabled grad: "
-             "it stays the same leaf.", "step_inside_no_grad_breaks", part="seed"),
-        Item("net_b.weight.requires_grad", "no_grad() never changes a tensor's flag; the "
-             "parameter is as trainable as before.", "no_grad_flips_flag", part="seed"),
-        Item("net_a.weight._version > version_before", "step() writes into the parameter itself "
-             "(p.add_(...)), and the version counter counts that write; a write through .data "
-             "would not be counted.", "step_uses_data", part="how"),
-        Item("torch.equal(spare.weight, spare_before)", "spare is registered but its .grad is "
-             "None (it was not in the loss): step() skips it, weight decay included.",
+        Item("torch.equal(net_a.weight, net_b.weight)", "`step()` switches recording off itself "
+             "before it updates anything, so wrapping it in `no_grad()` changes nothing: the two "
+             "networks get the same update.", "step_inside_no_grad_breaks", part="harmless"),
+        Item("net_b.weight.is_leaf", "`step()` updates the parameter in place with recording "
+             "off: it stays the same leaf.", "step_inside_no_grad_breaks", part="harmless"),
+        Item("net_b.weight.requires_grad", "`no_grad()` never changes a tensor's flag; the "
+             "parameter is as trainable as before.", "no_grad_flips_flag", part="harmless"),
+        Item("net_a.weight._version > version_before", "`step()` writes into the parameter "
+             "itself (`p.add_(...)`), and the version counter counts that write; a write through "
+             "`.data` would not be counted.", "step_uses_data", part="how"),
+        Item("torch.equal(spare.weight, spare_before)", "`spare` is registered but its `.grad` "
+             "is `None` (it was not in the loss): `step()` skips it, weight decay included.",
              "step_updates_all", part="how"),
-        Item("torch.equal(stranger, stranger_before)", "stranger has a gradient, but no "
-             "optimizer was given it: step() updates only the parameters registered with it.",
+        Item("torch.equal(stranger, stranger_before)", "`stranger` has a gradient, but no "
+             "optimizer was given it: `step()` updates only the parameters registered with it.",
              "step_updates_all", part="how"),
     ]
 
@@ -387,21 +431,21 @@ class Q7WhatIsSaved(Predict):
     title = "What is kept for the audit?"
     code = MEMORY
     items = [
-        Item("quiet_bytes == 0", "with the monitors off nothing is recorded, so nothing is "
+        Item("quiet_bytes == 0", "With the monitors off nothing is recorded, so nothing is "
              "saved for backward: every activation can be freed as soon as the next layer used "
              "it.", "no_grad_keeps_activations"),
-        Item("inference_bytes == 0", "inference mode records nothing either.",
+        Item("inference_bytes == 0", "Inference mode records nothing either.",
              "no_grad_keeps_activations"),
-        Item("eval_bytes == 0", "eval() changes what the layers compute, not whether it is "
+        Item("eval_bytes == 0", "`eval()` changes what the layers compute, not whether it is "
              "recorded: the inputs of both Linear layers and the ReLU output are still saved.",
              "eval_is_no_grad"),
-        Item("detached_bytes == 0", "detach() comes after the forward pass: by then every "
+        Item("detached_bytes == 0", "`detach()` comes after the forward pass: by then every "
              "activation has already been saved (the copies were kept while the model ran).",
              "detach_saves_memory"),
-        Item("eval_bytes < train_bytes", "in training mode Dropout saves its random mask for "
+        # (False here is no belief the course names: what Dropout keeps is the point to learn)
+        Item("eval_bytes < train_bytes", "In training mode Dropout saves its random mask for "
              "backward, and the last Linear keeps Dropout's output; in evaluation mode Dropout "
-             "passes the ReLU's output on untouched, so neither is kept. Less, but not zero.",
-             "eval_is_no_grad"),
+             "passes the ReLU's output on untouched, so neither is kept. Less, but not zero."),
     ]
 
     def scenario(self):
@@ -453,8 +497,10 @@ def _run_counting(fn: LearnerFunction, *args) -> _Counted:
     return _Counted(run, sum(sizes), after)
 
 
-def _leaf_edit_error(exc: LearnerCodeError) -> str | None:
-    return "leaf_inplace_ok" if "a leaf Variable that requires grad" in exc.summary else None
+def _score_counting(qid: str, fn: LearnerFunction, requirements: list[Requirement],
+                    part: str | None, args: tuple, on_error=None) -> Verdict:
+    """Run ``fn(*args)`` counting what is saved for backward, and judge the requirements."""
+    return score(qid, requirements, lambda: _run_counting(fn, *args), part, on_error)
 
 
 def _values(t) -> Any:
@@ -465,9 +511,60 @@ def _values(t) -> Any:
     return tf._tolist(t)
 
 
-def _still_trainable(params) -> tuple[bool, str]:
-    frozen = [name for name, p in params if not (tf.is_leaf(p) and tf.requires_grad(p))]
-    return not frozen, f"these are no longer leaves that require grad: {frozen}"
+def _history(t) -> str:
+    """What torch reports about a result's history, for feedback."""
+    name = tf.grad_fn_name(t)
+    return f"has grad_fn `{name}`" if name else "requires grad"
+
+
+def _why_recorded(fn: LearnerFunction, model) -> str | None:
+    """The forward pass was recorded: the belief the code shows, if it shows one."""
+    if ".detach(" in fn.source:
+        return "detach_no_grad_confused"    # detached a tensor, expected recording to stop
+    if getattr(model, "requires_grad", None) is False:
+        return "module_requires_grad_attr"  # model.requires_grad = False, a plain attribute
+    if not model.training:
+        return "eval_is_no_grad"            # switched to evaluation mode, not recording off
+    return None
+
+
+def _no_history(fn: LearnerFunction, model, what: str):
+    def test(run):
+        res = run.result
+        if not tf.is_tensor(res):
+            return True, ""
+        if not tf.requires_grad(res):
+            return True, ""
+        return (False, f"{what} {_history(res)}: the forward pass was recorded",
+                _why_recorded(fn, model))
+
+    return test
+
+
+def _nothing_saved(fn: LearnerFunction, model, name: str):
+    def test(run):
+        if run.saved == 0:
+            return True, ""
+        res = run.result
+        if not (tf.is_tensor(res) and tf.requires_grad(res)):
+            return (False, f"autograd saved {run.saved:,} bytes for backward while `{name}` ran; "
+                    "your result has no history, so it was cut off after the forward pass had "
+                    "already been recorded", "detach_saves_memory")
+        return (False, f"autograd saved {run.saved:,} bytes for backward while `{name}` ran: "
+                "the forward pass was recorded", _why_recorded(fn, model))
+
+    return test
+
+
+def _still_trainable(params):
+    def test(run):
+        frozen = [name for name, p in params if not (tf.is_leaf(p) and tf.requires_grad(p))]
+        return not frozen, (f"{', '.join(f'`{n}`' for n in frozen)} no longer "
+                            f"{'requires' if len(frozen) == 1 else 'require'} grad: the next "
+                            "training step would not train "
+                            f"{'it' if len(frozen) == 1 else 'them'}")
+
+    return test
 
 
 def _grad_mode_back(run: _Counted) -> tuple[bool, str]:
@@ -475,24 +572,33 @@ def _grad_mode_back(run: _Counted) -> tuple[bool, str]:
                                  "`with` block (or the decorator) so the switch flips back")
 
 
-def _nothing_saved(run: _Counted) -> tuple[bool, str]:
-    return run.saved == 0, (f"autograd saved {run.saved} bytes of tensors for backward while "
-                            "your function ran: the forward pass was recorded")
+def _eval_output(model, want, what: str):
+    """The result equals the model's evaluation-mode output (``want``)."""
+    def test(run):
+        got = _values(run.result)
+        if values_equal(got, want):
+            return True, ""
+        if model.training:
+            quiet = tf.is_tensor(run.result) and not tf.requires_grad(run.result)
+            return (False, f"{what} differs from the evaluation-mode output: the model was left "
+                    "in training mode (`model.training` is True), so Dropout dropped at random",
+                    "no_grad_disables_dropout" if quiet else None)
+        return False, f"{what} differs from the model's evaluation-mode output"
+
+    return test
 
 
-def _why_saved(run: _Counted) -> str:
-    """Recorded, yet the result has no history: it was detached (or .item()) afterwards."""
-    res = run.result
-    detached_after = not (tf.is_tensor(res) and tf.requires_grad(res))
-    return "detach_saves_memory" if detached_after else "eval_is_no_grad"
+def _cases(variant: str, visible: list, hidden: list) -> list:
+    """The cases a check runs: the visible ones, plus the hidden ones for the hidden tests."""
+    return visible + (hidden if variant == "hidden" else [])
 
 
 # --------------------------------------------------------------------------- Q8
 
 
-def _inference_model(variant: str):
-    torch.manual_seed(5 if variant == "hidden" else 4)
-    if variant == "hidden":
+def _inference_model(with_batchnorm: bool):
+    torch.manual_seed(5 if with_batchnorm else 4)
+    if with_batchnorm:
         model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6),
                                     torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(6, 2))
         model(torch.randn(16, 4))  # give BatchNorm running statistics of its own
@@ -511,63 +617,121 @@ class Q8Predict(WriteCode):
     part_names = ["quiet", "eval"]
 
     def grade_code(self, fn, part, variant):
-        model, batch = _inference_model(variant)
-        reference = copy.deepcopy(model).eval()
-        with _no_grad():
-            want = tf._tolist(reference(batch))
-
-        def no_history(run):
-            out = run.result
-            return (tf.is_tensor(out) and not tf.requires_grad(out),
-                    "the output still requires grad: the forward pass was recorded")
-
-        def trainable(run):
-            return _still_trainable(list(model.named_parameters()))
-
-        def values(run):
-            got = _values(run.result)
-            return values_equal(got, want), ("the output differs from the model's output in "
-                                             "evaluation mode (is dropout still active?)")
-
-        return score_run(self.qid, lambda: _run_counting(fn, model, batch), [
-            Requirement("the output records no history", no_history, "eval_is_no_grad",
-                        part="quiet"),
-            Requirement("nothing was saved for backward while predict ran", _nothing_saved,
-                        _why_saved, part="quiet"),
-            Requirement("the model's parameters are still trainable afterwards", trainable,
-                        "inference_freezes_params", part="quiet"),
-            Requirement("grad mode is back on after the call", _grad_mode_back, _SCOPE,
-                        part="quiet"),
-            Requirement("the output is the model's evaluation-mode output", values,
-                        "no_grad_disables_dropout", part="eval"),
-        ], part)
+        verdicts = []
+        for label, with_bn in _cases(variant, [("", False)],
+                                     [("With BatchNorm and Dropout: ", True)]):
+            model, batch = _inference_model(with_bn)
+            with _no_grad():
+                want = tf._tolist(copy.deepcopy(model).eval()(batch))
+            verdicts.append(_score_counting(self.qid, fn, [
+                Requirement(f"{label}the output records no history",
+                            _no_history(fn, model, "your output"), part="quiet"),
+                Requirement(f"{label}nothing was saved for backward while `predict` ran",
+                            _nothing_saved(fn, model, "predict"), part="quiet"),
+                Requirement(f"{label}the model's parameters are still trainable afterwards",
+                            _still_trainable(list(model.named_parameters())),
+                            "inference_freezes_params", part="quiet"),
+                Requirement(f"{label}grad mode is back on after the call", _grad_mode_back,
+                            _SCOPE, part="quiet"),
+                Requirement(f"{label}the output is the model's evaluation-mode output",
+                            _eval_output(model, want, "your output"), part="eval"),
+            ], part, (model, batch)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- Q9
 
 
-def _sgd_problem(variant: str):
+def _sgd_problem(seed: int):
     """Three tensors that require grad; two got a gradient from a loss, one did not."""
-    torch.manual_seed(9 if variant == "hidden" else 8)
+    torch.manual_seed(seed)
     w = torch.randn(3, requires_grad=True)
     b = torch.randn(1, requires_grad=True)
     idle = torch.randn(2, requires_grad=True)  # never used: its .grad stays None
     x = torch.randn(3)
     ((w * x).sum() * b + b ** 2).sum().backward()
-    lr = 0.05 if variant == "hidden" else 0.1
-    return {"w": w, "b": b, "idle": idle}, lr
+    return {"w": w, "b": b, "idle": idle}
 
 
 def _sgd_reference(params: dict, lr: float) -> dict:
-    """What torch.optim.SGD does to copies of the same tensors."""
-    copies = {}
-    for name, p in params.items():
-        c = p.detach().clone().requires_grad_(True)
-        g = tf._grad(p)
-        c.grad = None if g is None else g.detach().clone()
-        copies[name] = c
-    torch.optim.SGD(list(copies.values()), lr=lr).step()
+    """What torch.optim.SGD(params, lr=lr).step() does to copies of the same tensors: its own
+    update function, given (as step() gives it) only the tensors whose .grad is not None."""
+    copies = {name: p.detach().clone() for name, p in params.items()}
+    moved = [name for name, p in params.items() if tf._grad(p) is not None]
+    with _no_grad():
+        _sgd_update([copies[n] for n in moved], [tf._grad(params[n]).detach() for n in moved],
+                    [None] * len(moved), weight_decay=0.0, momentum=0.0, lr=lr, dampening=0.0,
+                    nesterov=False, maximize=False)
     return {name: tf._tolist(c) for name, c in copies.items()}
+
+
+def _edit_errors(fn: LearnerFunction):
+    """Beliefs the errors of a parameter edit reveal, before the course's table of errors."""
+    def on_error(exc: LearnerCodeError) -> str | None:
+        if exc.exc_type == "TypeError" and "NoneType" in exc.summary:
+            return "step_updates_all"   # `lr * p.grad` with p.grad None: it got no gradient
+        if "a leaf Variable that requires grad" in exc.summary and ".eval()" in fn.source:
+            return "eval_is_no_grad"    # switched to evaluation mode, expected recording off
+        return None
+
+    return on_error
+
+
+def _sgd_requirements(label: str, params: dict, lr: float) -> list[Requirement]:
+    want = _sgd_reference(params, lr)
+    before = {n: tf._tolist(p.detach()) for n, p in params.items()}
+    versions = {n: tf.version(p) for n, p in params.items()}
+
+    def now(n):
+        return tf._tolist(params[n].detach())
+
+    def moved(run):
+        bad = [n for n in ("w", "b") if not values_equal(now(n), want[n])]
+        if not bad:
+            return True, ""
+        if all(values_equal(now(n), before[n]) for n in bad):
+            return False, (f"{', '.join(f'`{n}`' for n in bad)} did not change: "
+                           "`p = p - lr * p.grad` makes a new tensor and only rebinds the name "
+                           "`p`; write into the tensor itself (`p -= lr * p.grad`)")
+        n = bad[0]
+        return False, (f"`{n}` is now {_short(now(n))}; `torch.optim.SGD` makes it "
+                       f"{_short(want[n])} (p - lr * p.grad)")
+
+    def idle(run):
+        return values_equal(now("idle"), want["idle"]), \
+            "the tensor whose `.grad` is `None` changed: `step()` leaves such a tensor alone"
+
+    def in_place(run):
+        silent = [n for n in ("w", "b") if tf.version(params[n]) == versions[n]]
+        if not silent:
+            return True, ""
+        if any(not values_equal(now(n), before[n]) for n in silent):
+            return (False, f"the values of {', '.join(f'`{n}`' for n in silent)} changed but "
+                    "the version counter did not: the write went through `.data`, where "
+                    "autograd cannot see it", "data_is_safe")
+        return False, f"{', '.join(f'`{n}`' for n in silent)} were not written at all"
+
+    def no_warning(run):
+        return not run.warnings, f"your function warned: {run.warnings}"
+
+    return [
+        Requirement(f"{label}every tensor with a gradient moved as `torch.optim.SGD` moves it",
+                    moved, part="update"),
+        Requirement(f"{label}the tensor whose `.grad` is `None` was left alone", idle,
+                    "step_updates_all", part="update"),
+        Requirement(f"{label}the tensors are still leaves that require grad",
+                    _still_trainable(list(params.items())), "inference_freezes_params",
+                    part="update"),
+        Requirement(f"{label}each update was written in place, visible to the version counter",
+                    in_place, part="how"),
+        Requirement(f"{label}grad mode is back on after the call", _grad_mode_back, _SCOPE,
+                    part="how"),
+        Requirement(f"{label}no warning was emitted", no_warning, part="how"),
+    ]
+
+
+def _short(values) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
 
 
 @lesson.register
@@ -578,47 +742,90 @@ class Q9SgdStep(WriteCode):
     part_names = ["update", "how"]
 
     def grade_code(self, fn, part, variant):
-        params, lr = _sgd_problem(variant)
-        want = _sgd_reference(params, lr)
-        versions = {name: tf.version(p) for name, p in params.items()}
-
-        def moved(run):
-            bad = [n for n in ("w", "b") if not values_equal(tf._tolist(params[n]), want[n])]
-            return not bad, (f"{bad} should hold p - lr * p.grad, as torch.optim.SGD computes "
-                             "(update the tensors you were given, in place)")
-
-        def idle(run):
-            return values_equal(tf._tolist(params["idle"]), want["idle"]), \
-                "a tensor whose .grad is None must be left alone, as step() does"
-
-        def trainable(run):
-            return _still_trainable(list(params.items()))
-
-        def in_place(run):
-            silent = [n for n in ("w", "b") if tf.version(params[n]) == versions[n]]
-            return not silent, (f"the version counter of {silent} did not move: the write went "
-                                "through .data (or nowhere), where autograd cannot see it")
-
-        def no_warning(run):
-            return not run.warnings, f"your function warned: {run.warnings}"
-
-        params_list = [params["w"], params["idle"], params["b"]]
-        return score_run(self.qid, lambda: _run_counting(fn, params_list, lr), [
-            Requirement("every tensor with a gradient moved as torch.optim.SGD moves it", moved,
-                        part="update"),
-            Requirement("the tensor whose .grad is None was left alone", idle,
-                        "step_updates_all", part="update"),
-            Requirement("the tensors are still leaves that require grad", trainable,
-                        part="update"),
-            Requirement("each update was written in place, visible to the version counter",
-                        in_place, "data_is_safe", part="how"),
-            Requirement("grad mode is back on after the call", _grad_mode_back, _SCOPE,
-                        part="how"),
-            Requirement("no warning was emitted", no_warning, part="how"),
-        ], part, on_error=_leaf_edit_error)
+        verdicts = []
+        for label, seed, lr in _cases(variant, [("", 8, 0.1)],
+                                      [("Other tensors, lr = 0.05: ", 9, 0.05)]):
+            params = _sgd_problem(seed)
+            reqs = _sgd_requirements(label, params, lr)
+            args = ([params["w"], params["idle"], params["b"]], lr)
+            verdicts.append(_score_counting(self.qid, fn, reqs, part, args, _edit_errors(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- Q10
+
+
+def _clip_model(seed: int):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+
+
+_PROBE = [[0.5, -1.0, 2.0, 0.1], [1.5, 0.3, -0.7, 1.0]]  # a batch to train the clipped model on
+
+
+def _train_grads(model) -> dict:
+    """The gradients one training step gives each parameter (None where none arrives)."""
+    for p in model.parameters():
+        p.grad = None
+    model(torch.tensor(_PROBE)).pow(2).sum().backward()
+    return {n: tf.grad_values(p) for n, p in model.named_parameters()}
+
+
+def _clip_requirements(label: str, model, limit: float) -> list[Requirement]:
+    named = list(model.named_parameters())
+    reference = copy.deepcopy(model)             # torch's own clip, on a copy
+    with _no_grad():
+        for p in reference.parameters():
+            p.clamp_(-limit, limit)
+    want = {n: tf._tolist(p.detach()) for n, p in reference.named_parameters()}
+    want_grads = _train_grads(reference)
+    before = {n: tf._tolist(p.detach()) for n, p in named}
+    versions = {n: tf.version(p) for n, p in named}
+
+    def clipped(run):
+        bad = [n for n, p in named if not values_equal(tf._tolist(p.detach()), want[n])]
+        if not bad:
+            return True, ""
+        if all(values_equal(tf._tolist(p.detach()), before[n]) for n, p in named if n in bad):
+            return False, (f"{', '.join(f'`{n}`' for n in bad)} did not change: "
+                           "`p = p.clamp(...)` makes a new tensor and only rebinds the name; "
+                           "clip the parameters themselves, in place")
+        return False, f"{', '.join(f'`{n}`' for n in bad)} are not clipped to [-limit, limit]"
+
+    def trains(run):
+        frozen = [n for n, p in named if not tf.requires_grad(p)]
+        if frozen:
+            return (False, f"a training step would leave `{frozen[0]}.grad` at `None`: it no "
+                    "longer requires grad", "inference_freezes_params")
+        got = _train_grads(model)
+        bad = [n for n in got if got[n] is None or not values_equal(got[n], want_grads[n])]
+        if not bad:
+            return True, ""
+        if not all(values_equal(tf._tolist(p.detach()), want[n]) for n, p in named):
+            return False, ("the parameters are not the clipped ones, so a training step gives "
+                           "other gradients than the model torch clipped")
+        return False, (f"a training step gives `{bad[0]}` another gradient than the model torch "
+                       "clipped under `no_grad()`")
+
+    def in_place(run):
+        silent = [n for n, p in named if tf.version(p) == versions[n]]
+        if not silent:
+            return True, ""
+        if any(not values_equal(tf._tolist(p.detach()), before[n]) for n, p in named
+               if n in silent):
+            return (False, f"the values of `{silent[0]}` changed but its version counter did "
+                    "not: the write went through `.data`, where autograd cannot see it",
+                    "data_is_safe")
+        return False, f"{', '.join(f'`{n}`' for n in silent)} were not written at all"
+
+    return [
+        Requirement(f"{label}every parameter is clipped to [-{limit}, {limit}]", clipped),
+        Requirement(f"{label}the clipped model trains: a step gives the gradients torch gives "
+                    "the model clipped under `no_grad()`", trains),
+        Requirement(f"{label}the edit was made in place, visible to the version counter",
+                    in_place),
+        Requirement(f"{label}grad mode is back on after the call", _grad_mode_back, _SCOPE),
+    ]
 
 
 @lesson.register
@@ -626,47 +833,45 @@ class Q10ClipCentres(WriteCode):
     qid = "q10"
     title = "Find the bug: clipping the sorting centres"
     function_name = "clip_centres"
+    starter = """\
+def clip_centres(model, limit):
+    for p in model.parameters():
+        p.clamp_(-limit, limit)
+    return model
+"""
 
     def grade_code(self, fn, part, variant):
-        torch.manual_seed(10)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
-        limit = 0.1 if variant == "hidden" else 0.25
-        named = list(model.named_parameters())
-        want = {n: tf._tolist(p.detach().clamp(-limit, limit)) for n, p in named}
-        versions = {n: tf.version(p) for n, p in named}
-
-        def clipped(run):
-            bad = [n for n, p in named if not values_equal(tf._tolist(p), want[n])]
-            return not bad, (f"{bad} are not clipped to [-{limit}, {limit}] (clip the model's own "
-                             "parameters, in place; `p = p.clamp(...)` only renames)")
-
-        def trainable(run):
-            return _still_trainable(named)
-
-        def in_place(run):
-            silent = [n for n, p in named if tf.version(p) == versions[n]]
-            return not silent, (f"the version counter of {silent} did not move: the write went "
-                                "through .data, where autograd cannot see it")
-
-        return score_run(self.qid, lambda: _run_counting(fn, model, limit), [
-            Requirement("every parameter is clipped to [-limit, limit]", clipped),
-            Requirement("the parameters are still leaves that require grad", trainable,
-                        "inference_freezes_params"),
-            Requirement("the edit was made in place, visible to the version counter", in_place,
-                        "data_is_safe"),
-            Requirement("grad mode is back on after the call", _grad_mode_back, _SCOPE),
-        ], part, on_error=_leaf_edit_error)
+        verdicts = []
+        for label, seed, limit in _cases(variant, [("", 10, 0.25)],
+                                         [("Another model, limit 0.1: ", 12, 0.1)]):
+            model = _clip_model(seed)
+            reqs = _clip_requirements(label, model, limit)
+            verdicts.append(_score_counting(self.qid, fn, reqs, part, (model, limit),
+                                            _edit_errors(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- Q11
 
 
-def _validation_problem():
-    torch.manual_seed(11)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                torch.nn.Linear(8, 1))
-    batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(3)]
+def _validation_problem(hidden: bool):
+    torch.manual_seed(13 if hidden else 11)
+    if hidden:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.BatchNorm1d(6),
+                                    torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(6, 1))
+        model(torch.randn(16, 3))  # running statistics of its own
+        batches = [(torch.randn(6, 3), torch.randn(6, 1)) for _ in range(5)]
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(),
+                                    torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+        batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(3)]
+    model.train()
     return model, batches
+
+
+def _one_number(res):
+    if isinstance(_values(res), list):
+        raise TypeError("return one number (a float or a 0-dim tensor)")
 
 
 @lesson.register
@@ -675,37 +880,42 @@ class Q11ValidationLoss(WriteCode):
     title = "Find the bug: the logbook that keeps every parcel"
     function_name = "validation_loss"
     part_names = ["record", "result"]
+    starter = """\
+def validation_loss(model, batches):
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        total = total + nn.functional.mse_loss(model(x), y)
+    return total / len(batches)
+"""
 
     def grade_code(self, fn, part, variant):
-        model, batches = _validation_problem()
-        reference = copy.deepcopy(model).eval()
-        with _no_grad():
-            losses = [torch.nn.functional.mse_loss(reference(x), y) for x, y in batches]
-            want = float(sum(losses) / len(losses))
+        verdicts = []
+        for label, hidden in _cases(variant, [("", False)],
+                                    [("With BatchNorm, 5 batches: ", True)]):
+            model, batches = _validation_problem(hidden)
+            reference = copy.deepcopy(model).eval()
+            with _no_grad():
+                losses = [torch.nn.functional.mse_loss(reference(x), y) for x, y in batches]
+                want = float(sum(losses) / len(losses))
 
-        def value(run):
-            got = _values(run.result)
-            if isinstance(got, list):
-                raise TypeError("return one number (a float or a 0-dim tensor)")
-            return values_equal(got, want), f"expected the mean loss {want:.6f}, got {got:.6f}"
+            def value(run, model=model, want=want):
+                _one_number(run.result)
+                return _eval_output(model, want, "the loss")(run)
 
-        def no_history(run):
-            res = run.result
-            if isinstance(_values(res), list):
-                raise TypeError("return one number (a float or a 0-dim tensor)")
-            return not (tf.is_tensor(res) and tf.requires_grad(res)), \
-                "the returned loss still carries the recorded history of every batch"
+            def no_history(run, model=model):
+                _one_number(run.result)
+                return _no_history(fn, model, "your loss")(run)
 
-        def trainable(run):
-            return _still_trainable(list(model.named_parameters()))
-
-        return score_run(self.qid, lambda: _run_counting(fn, model, batches), [
-            Requirement("the mean validation loss is right", value, part="record"),
-            Requirement("nothing was saved for backward while it ran", _nothing_saved,
-                        _why_saved, part="record"),
-            Requirement("it returns one number that records no history", no_history, "eval_is_no_grad",
-                        part="result"),
-            Requirement("the model's parameters are still trainable afterwards", trainable,
-                        "inference_freezes_params", part="result"),
-        ], part)
-
+            verdicts.append(_score_counting(self.qid, fn, [
+                Requirement(f"{label}the mean validation loss is right ({want:.6f})", value,
+                            part="record"),
+                Requirement(f"{label}nothing was saved for backward while it ran",
+                            _nothing_saved(fn, model, "validation_loss"), part="record"),
+                Requirement(f"{label}it returns one number that records no history", no_history,
+                            part="result"),
+                Requirement(f"{label}the model's parameters are still trainable afterwards",
+                            _still_trainable(list(model.named_parameters())),
+                            "inference_freezes_params", part="result"),
+            ], part, (model, batches)))
+        return Verdict.merge(self.qid, verdicts)

@@ -6,6 +6,12 @@ facts with :mod:`autograder.torchfacts`; a code question runs the learner's
 function in the oracle and compares it with a reference computation that torch
 runs there and then. Whether an in-place edit breaks backward is never typed in:
 the scenario is run and the exception, if any, is what torch raised.
+
+A misconception is named only from evidence: the value a learner predicted (read with the
+rest of the answer where one blank explains another: saying that every edit raises is not
+the same mistake as misjudging one operation), or what torch reports about what the
+learner's code did (the error backward raised, a version counter that did not move, a
+gradient that equals the one a known wrong program gives).
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import re
 from typing import Any
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName
+from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
 from autograder.questions import (
-    CodeRun,
+    WRONG,
     Item,
+    LearnerCodeError,
     Lesson,
     Predict,
     Requirement,
+    Verdict,
     WriteCode,
     learner_namespace,
     values_equal,
@@ -34,18 +42,39 @@ def _error(err) -> ExceptionName | None:
     return None if err is None else ExceptionName(type(err).__name__)
 
 
+def _plain(given: Any) -> Any:
+    """A predicted value as plain data (a tensor answer as its values)."""
+    return given.values if isinstance(given, TensorValue) else given
+
+
+def _says_raises(given: Any) -> bool | None:
+    """Whether an answer to "which exception?" says that something raised (None: unreadable)."""
+    if given is None or given is False:
+        return False
+    if given is True or (isinstance(given, str) and given):
+        return True
+    return None
+
+
 def _raise_myth(given: Any, expected: Any) -> str | None:
     """Wrong about whether backward raises: which way round?"""
-    if expected is None and given is not None:
+    says = _says_raises(given)
+    if expected is None and says:
         return "inplace_always_fatal"
-    if expected is not None and given is None:
+    if expected is not None and says is False:
         return "inplace_never_checked"
     return None
 
 
+def _scaled(given: Any, expected: Any, factor: float) -> bool:
+    given = _plain(given)
+    return (isinstance(given, list) and isinstance(expected, list) and len(given) == len(expected)
+            and values_equal(given, [factor * e for e in expected]))
+
+
 # --------------------------------------------------------------------------- Q1
 
-SEED004_PLUS = """\
+ARTICLE_EXAMPLE = """\
 x = torch.tensor([1.0, 2.0], requires_grad=True)
 y = torch.tensor([3.0, 4.0], requires_grad=True)
 z = x * y
@@ -59,37 +88,37 @@ except RuntimeError as err:
 """
 
 
-def _grad_none_myth(given: Any, expected: Any) -> str | None:
-    if given is None and expected is not None:
-        return "inplace_grad_none"
-    return None
-
-
 def _unscaled_myth(given: Any, expected: Any) -> str | None:
-    """x.grad given as y, as if z.mul_(2) had not been recorded."""
-    if given is None:
+    """x.grad given as None (nothing arrived), or as y (z.mul_(2) not recorded)."""
+    if _plain(given) is None:
         return "inplace_grad_none"
-    if isinstance(given, list) and isinstance(expected, list) and values_equal(
-        given, [e / 2 for e in expected]
-    ):
+    if _scaled(given, expected, 0.5):
         return "inplace_not_recorded"
     return None
 
 
 @lesson.register
-class Q1SeedExample(Predict):
+class Q1ArticleExample(Predict):
     qid = "q1"
-    title = "Seed 004's in-place example, one step further"
-    code = SEED004_PLUS
+    title = "The five-scenarios article's in-place example, one step further"
+    code = ARTICLE_EXAMPLE
     items = [
-        Item("error", "mul saved its inputs x and y, not its output z; add_ and mul_ by a number "
-             "need nothing saved. Nothing the audit needs was repacked, so backward runs.",
-             _raise_myth),
-        Item("x.grad", "the in-place ops are recorded like any other: z = 2*(x*y + 1), so "
+        Item("error", "`mul` saved its inputs `x` and `y`, not its output `z`; `add_` and `mul_` "
+             "by a number need nothing saved. Nothing the audit needs was repacked, so backward "
+             "runs.", _raise_myth),
+        Item("x.grad", "The in-place ops are recorded like any other: z = 2*(x*y + 1), so "
              "dz/dx = 2*y. Give a list of floats.", _unscaled_myth),
-        Item("z._version", "every in-place op bumps the tensor's version counter by one.",
+        Item("z._version", "Every in-place op bumps the tensor's version counter by one.",
              "version_counts_wrong"),
     ]
+
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        # no x.grad because backward raised: the answer's first blank says why
+        if (finding.status == WRONG and item.key == "x.grad" and _plain(answer.get("x.grad")) is None
+                and _says_raises(answer.get("error"))):
+            finding.misconception = "inplace_always_fatal"
+        return finding
 
     def facts(self, ns):
         return {"error": _error(ns["error"]), "x.grad": tf.grad_values(ns["x"]),
@@ -137,13 +166,7 @@ c.add_(1)                     # overwrite the parcel c, an input of x * c
 err_r = backward_error(r)
 """
 
-
-def _saves_myth(given: Any, expected: Any) -> str | None:
-    if expected is None and given is not None:
-        return "inplace_always_fatal"
-    if expected is not None and given is None:
-        return "saved_values_confused"
-    return None
+_Q2_KEYS = ("err_a", "err_b", "err_m", "err_p", "err_q", "err_r")
 
 
 @lesson.register
@@ -152,24 +175,35 @@ class Q2WhoSaves(Predict):
     title = "Does backward raise? Who kept a sample"
     code = WHO_SAVES
     items = [
-        Item("err_a", "sigmoid saves its output (d sigmoid = s*(1-s)); a.mul_(2) overwrites "
+        Item("err_a", "`sigmoid` saves its output (d sigmoid = s*(1-s)); `a.mul_(2)` overwrites "
              "exactly that sample, so backward raises.", _raise_myth, part="outputs"),
-        Item("err_b", "sqrt saves its *output* (d sqrt(h) = 1/(2*sqrt(h))), not its input: "
-             "changing h afterwards does not touch what sqrt's backward reads.", _saves_myth,
+        Item("err_b", "`sqrt` saves its *output* (d sqrt(h) = 1/(2*sqrt(h))), not its input: "
+             "changing `h` afterwards does not touch what sqrt's backward reads.", _raise_myth,
              part="outputs"),
-        Item("err_m", "mul saves its inputs, not its output: overwriting m is harmless.",
-             _saves_myth, part="outputs"),
-        Item("err_p", "for p = g * x, the gradient for x needs g, so mul saved g; g.zero_() "
-             "overwrote it.", _raise_myth, part="inputs"),
-        Item("err_q", "c does not require grad, so nobody needs the gradient for c and mul did "
-             "not save k (it saved only c, to compute k's gradient).", _saves_myth,
+        Item("err_m", "`mul` saves its inputs, not its output: overwriting `m` is harmless.",
+             _raise_myth, part="outputs"),
+        Item("err_p", "For `p = g * x`, the gradient for `x` needs `g`, so `mul` saved `g`; "
+             "`g.zero_()` overwrote it.", _raise_myth, part="inputs"),
+        Item("err_q", "`c` does not require grad, so nobody needs the gradient for `c` and `mul` "
+             "did not save `k` (it saved only `c`, to compute `k`'s gradient).", _raise_myth,
              part="inputs"),
-        Item("err_r", "to compute x's gradient, mul needs c, so it saved c although c does not "
-             "require grad; c.add_(1) overwrote that sample.", _raise_myth, part="inputs"),
+        Item("err_r", "To compute `x`'s gradient, `mul` needs `c`, so it saved `c` although `c` "
+             "does not require grad; `c.add_(1)` overwrote that sample.", _raise_myth,
+             part="inputs"),
     ]
 
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        if finding.status == WRONG and finding.misconception:
+            # The same answer for all six is a belief about every in-place edit; mixed answers
+            # know that some edits raise and misjudge what this operation saved.
+            says = {_says_raises(answer.get(k)) for k in _Q2_KEYS} - {None}
+            if len(says) > 1:
+                finding.misconception = "saved_values_confused"
+        return finding
+
     def facts(self, ns):
-        return {k: _error(ns[k]) for k in ("err_a", "err_b", "err_m", "err_p", "err_q", "err_r")}
+        return {k: _error(ns[k]) for k in _Q2_KEYS}
 
 
 # --------------------------------------------------------------------------- Q3
@@ -187,10 +221,11 @@ w.data.add_(1)
 
 def _w_version_myth(given: Any, expected: Any) -> str | None:
     if isinstance(given, int) and isinstance(expected, int):
-        if given > expected:
-            return "data_is_safe"
-        if given < expected:
-            return "no_grad_edit_unchecked"
+        if given == expected + 1:
+            return "data_is_safe"              # counted the .data edit as well
+        if given == expected - 1:
+            return "no_grad_edit_unchecked"    # did not count the no_grad() edit
+        return "version_counts_wrong"
     return None
 
 
@@ -206,13 +241,13 @@ class Q3Versions(Predict):
     title = "The version counter and CopySlices"
     code = VERSIONS
     items = [
-        Item("h._version", "h was changed in place twice (add_ and the indexed assignment); each "
-             "in-place change bumps its version by one.", "version_counts_wrong"),
-        Item("h.grad_fn", "an indexed assignment is an in-place copy into a slice, recorded as a "
-             "CopySlices node that becomes h's grad_fn. Give the class name as a string.",
+        Item("h._version", "`h` was changed in place twice (`add_` and the indexed assignment); "
+             "each in-place change bumps its version by one.", "version_counts_wrong"),
+        Item("h.grad_fn", "An indexed assignment is an in-place copy into a slice, recorded as a "
+             "`CopySlices` node that becomes `h`'s `grad_fn`. Give the class name as a string.",
              _grad_fn_myth),
-        Item("w._version", "the edit under no_grad() is counted (no_grad stops recording, not "
-             "counting); the edit through .data is not counted at all.", _w_version_myth),
+        Item("w._version", "The edit under `no_grad()` is counted (`no_grad()` stops recording, "
+             "not counting); the edit through `.data` is not counted at all.", _w_version_myth),
     ]
 
     def facts(self, ns):
@@ -239,13 +274,19 @@ with torch.no_grad():
 """
 
 
-def _leaf_values_myth(given: Any, expected: Any) -> str | None:
-    if isinstance(given, list) and isinstance(expected, list) and len(given) == len(expected):
-        if values_equal(given, [e / 2 for e in expected]) or (
-            values_equal(given[1:], [e / 2 for e in expected[1:]])
-        ):
-            return "leaf_inplace_ok"
-    return None
+def _refused_edit_applied(given: Any, expected: Any) -> bool:
+    """The values show the refused `w.mul_(0.5)` or `w[0] = 0.0` as if they had taken place."""
+    given = _plain(given)
+    if not (isinstance(given, list) and isinstance(expected, list)
+            and len(given) == len(expected) and expected):
+        return False
+    halved = [e / 2 for e in expected]
+    candidates = [halved, [0.0, *expected[1:]], [0.0, *halved[1:]]]
+    return any(values_equal(given, c) for c in candidates)
+
+
+def _leaf_error_myth(given: Any, expected: Any) -> str | None:
+    return "leaf_inplace_ok" if _says_raises(given) is False and expected is not None else None
 
 
 @lesson.register
@@ -254,20 +295,30 @@ class Q4LeafEdits(Predict):
     title = "In place on a leaf that requires grad"
     code = LEAF_EDITS
     items = [
-        Item("err_mul", "an in-place op on a leaf that requires grad raises 'a leaf Variable "
-             "that requires grad is being used in an in-place operation'.", "leaf_inplace_ok"),
-        Item("err_index", "an indexed assignment is an in-place op too, so it raises the same "
-             "way (through a view of the leaf).", "leaf_inplace_ok"),
-        Item("w", "the two refused edits changed nothing; only the edit under no_grad() took "
-             "place. Give the values as a list.", _leaf_values_myth),
-        Item("w.is_leaf", "an edit under no_grad() records no operation: w is still a leaf, "
+        Item("err_mul", "An in-place op on a leaf that requires grad raises 'a leaf Variable "
+             "that requires grad is being used in an in-place operation'.", _leaf_error_myth),
+        Item("err_index", "An indexed assignment is an in-place op too, so it raises the same "
+             "way (through a view of the leaf).", _leaf_error_myth),
+        Item("w", "The two refused edits changed nothing; only the edit under `no_grad()` took "
+             "place. Give the values as a list."),
+        Item("w.is_leaf", "An edit under `no_grad()` records no operation: `w` is still a leaf, "
              "and it still requires grad.", "no_grad_edit_makes_nonleaf"),
     ]
+
+    def judge(self, item, answer, expected):
+        finding = super().judge(item, answer, expected)
+        if (finding.status == WRONG and item.key == "w"
+                and _refused_edit_applied(answer.get("w"), expected)):
+            # a learner who said the edits raise yet counts them holds another belief than one
+            # who thinks they are allowed
+            refused = any(_says_raises(answer.get(k)) for k in ("err_mul", "err_index"))
+            finding.misconception = "refused_edit_applied" if refused else "leaf_inplace_ok"
+        return finding
 
     def facts(self, ns):
         w = ns["w"]
         return {"err_mul": _error(ns["err_mul"]), "err_index": _error(ns["err_index"]),
-                "w": tf._tolist(w), "w.is_leaf": tf.is_leaf(w)}
+                "w": tf._tolist(w.detach()), "w.is_leaf": tf.is_leaf(w)}
 
 
 # --------------------------------------------------------------------------- Q5
@@ -294,9 +345,12 @@ except RuntimeError as err:
 def _data_grad_myth(given: Any, expected: Any) -> str | None:
     import torch
 
+    given = _plain(given)
     if given is None:
         return "inplace_grad_none"
-    # The gradient of the loss that was actually computed, at the old w.
+    if _says_raises(given):
+        return "data_is_safe"  # expects the version check to catch the .data edit
+    # the gradient of the loss that was actually computed, at the old w
     w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     (w ** 3).sum().backward()
     if isinstance(given, list) and values_equal(given, tf.grad_values(w)):
@@ -310,14 +364,14 @@ class Q5DataVsNoGrad(Predict):
     title = ".data or no_grad(): silent or loud?"
     code = DATA_VS_NO_GRAD
     items = [
-        Item("grad_after_data", "pow's backward computes 3*w**2 from the *saved* w, which .data "
-             "changed to w+1 without bumping the version: you get 3*(w+1)**2, silently wrong. "
-             "Give a list of floats.", _data_grad_myth, part="data"),
-        Item("w._version", ".data returns a tensor with its own version counter: edits through "
+        Item("grad_after_data", "pow's backward computes 3*w**2 from the *saved* `w`, which "
+             "`.data` changed to w+1 without bumping the version: you get 3*(w+1)**2, silently "
+             "wrong. Give a list of floats.", _data_grad_myth, part="data"),
+        Item("w._version", "`.data` returns a tensor with its own version counter: edits through "
              "it are invisible to the version check.", "data_is_safe", part="data"),
-        Item("err_no_grad", "no_grad() stops recording, but the edit still bumps v's version, "
-             "so backward notices that the saved v changed and raises.", "no_grad_edit_unchecked",
-             part="no_grad"),
+        Item("err_no_grad", "`no_grad()` stops recording, but the edit still bumps `v`'s version, "
+             "so backward notices that the saved `v` changed and raises.",
+             "no_grad_edit_unchecked", part="no_grad"),
     ]
 
     def facts(self, ns):
@@ -373,21 +427,42 @@ def _culprits(code: str) -> list[str]:
     return found
 
 
+def _node_myth(given: Any, expected: Any) -> str | None:
+    """Naming the node of an in-place op (`mul_`, `add_`) instead of the one that saved."""
+    if isinstance(given, str) and given.startswith(("Mul", "Add")):
+        return "anomaly_points_at_inplace"
+    return None
+
+
+def _line_myth(given: Any, expected: Any) -> str | None:
+    """Pointing at an in-place line (`act.mul_(0.5)`, or a mark) instead of the forward line."""
+    if isinstance(given, str) and ("_(" in given or given.strip("() ") in ("a", "b", "c")):
+        return "anomaly_points_at_inplace"
+    return None
+
+
+def _culprit_myth(given: Any, expected: Any) -> str | None:
+    if isinstance(given, list | tuple) and len(given) > 1:
+        return "inplace_always_fatal"       # every in-place line must go
+    if isinstance(given, str) and given.strip("() ") in ("a", "b"):
+        return "saved_values_confused"      # an edit of a value nobody saved
+    return None
+
+
 @lesson.register
 class Q6ReadTheReport(Predict):
     qid = "q6"
     title = "Find the culprit with anomaly mode"
     code = ANOMALY
     items = [
-        Item("failed_node", "anomaly mode names the backward function that found its saved "
+        Item("failed_node", "Anomaly mode names the backward function that found its saved "
              "value changed: the one of the op that saved the overwritten tensor. Give the "
-             "class name as a string.", "saved_values_confused"),
-        Item("points_at", "anomaly mode prints the forward line of the op whose backward "
-             "failed, not the in-place line. Give the name assigned on that line.",
-             "anomaly_points_at_inplace"),
-        Item("culprit", "the culprit is the in-place edit of a tensor that some backward "
+             "class name as a string.", _node_myth),
+        Item("points_at", "Anomaly mode prints the forward line of the op whose backward "
+             "failed, not the in-place line. Give the name assigned on that line.", _line_myth),
+        Item("culprit", "The culprit is the in-place edit of a tensor that some backward "
              "function saved; (a) and (b) overwrite tensors nobody saved. Answer 'a', 'b' or "
-             "'c'.", "inplace_always_fatal"),
+             "'c'.", _culprit_myth),
     ]
 
     def facts(self, ns):
@@ -409,7 +484,7 @@ class Q6ReadTheReport(Predict):
 # --------------------------------------------------------------------------- write code
 
 
-def _backward_outcome(run: CodeRun, x) -> tuple[str | None, list | None]:
+def _backward_outcome(run, x) -> tuple[str | None, list | None]:
     """Run backward from the learner's result once; cache (error text, x.grad)."""
     cache = run.__dict__.setdefault("_backward", {})
     if "outcome" not in cache:
@@ -422,8 +497,50 @@ def _backward_outcome(run: CodeRun, x) -> tuple[str | None, list | None]:
     return cache["outcome"]
 
 
-SQUASH_INPUTS = {"visible": [[0.5, -1.0, 2.0]], "hidden": [[0.5, -1.0, 2.0], [[0.1, 0.2],
-                                                                              [-0.3, 3.0]]]}
+def _cases(variant: str, visible: list, hidden: list) -> list:
+    """The cases a check runs: the visible ones, plus the hidden ones for the hidden tests."""
+    return visible + (hidden if variant == "hidden" else [])
+
+
+def _history(t) -> str:
+    name = tf.grad_fn_name(t)
+    return f"grad_fn `{name}`" if name else "no grad_fn"
+
+
+def _show(values: Any) -> str:
+    """Values as a learner reads them: 4 significant digits, nested lists kept."""
+    if isinstance(values, list):
+        return "[" + ", ".join(_show(v) for v in values) + "]"
+    if isinstance(values, float):
+        return f"{values:.4g}"
+    return repr(values)
+
+
+def _overwrite_belief(fn: LearnerFunction, message: str) -> str | None:
+    """The belief behind a "modified by an inplace operation" error, from what the code used."""
+    if "modified by an inplace operation" not in message:
+        return None
+    if ".detach(" in fn.source:
+        return "detach_copies"           # edited a detached tensor: it shares the counter
+    if "no_grad" in fn.source:
+        return "no_grad_edit_unchecked"  # an edit under no_grad() still bumps the version
+    return "saved_values_confused"       # overwrote what an operation saved
+
+
+def _inplace_error(fn: LearnerFunction):
+    """``on_error`` for the learner's function: the overwrite reading first, then the course's
+    table of errors (a leaf edited in place, ...)."""
+    def on_error(exc: LearnerCodeError) -> str | None:
+        if "does not require grad and does not have a grad_fn" in exc.summary \
+                and ".detach(" in fn.source:
+            return "detach_keeps_grad"   # backward through a detached tensor finds no route
+        return _overwrite_belief(fn, exc.summary)
+
+    return on_error
+
+
+SQUASH_INPUTS = [("", [0.5, -1.0, 2.0]),
+                 ("A 2x2 input: ", [[0.1, 0.2], [-0.3, 3.0]])]
 
 
 @lesson.register
@@ -435,10 +552,8 @@ class Q7SafeFinish(WriteCode):
     def grade_code(self, fn, part, variant):
         import torch
 
-        from autograder.questions import Finding, Verdict
-
         verdicts = []
-        for values in SQUASH_INPUTS["hidden" if variant == "hidden" else "visible"]:
+        for label, values in _cases(variant, SQUASH_INPUTS[:1], SQUASH_INPUTS[1:]):
             x = torch.tensor(values, requires_grad=True)
             ref_x = torch.tensor(values, requires_grad=True)
             ref = 3 * torch.tanh(2 * ref_x) + 1       # the reference, out of place
@@ -450,38 +565,41 @@ class Q7SafeFinish(WriteCode):
                 if not tf.is_tensor(out):
                     return False, f"return a tensor, not {type(out).__name__}"
                 got = tf._tolist(out.detach())
-                return values_equal(got, want), f"expected 3*tanh(2*x) + 1 = {want}, got {got}"
+                return values_equal(got, want), (f"expected 3*tanh(2*x) + 1 = {_show(want)}, "
+                                                 f"got {_show(got)}")
 
-            def inplace_ok(run, x=x):
+            def inplace_ok(run):
                 out = run.result
-                return (tf.is_tensor(out) and not tf.is_leaf(out) and tf.version(out) >= 1,
-                        "the returned tensor must come out of operations on x and be finished "
-                        f"in place (its _version is {tf.version(out) if tf.is_tensor(out) else '-'})")
+                if not tf.is_tensor(out):
+                    return False, "no tensor was returned"
+                if tf.is_leaf(out):
+                    return False, ("your result is a leaf with no recorded history: return the "
+                                   "tensor computed from `x`")
+                return tf.version(out) >= 1, (f"your result has {_history(out)} and `_version` "
+                                              "0: no in-place operation was applied to it")
 
             def backward_ok(run, x=x, want=want_grad):
                 err, grad = _backward_outcome(run, x)
                 if err:
-                    return False, (f"backward raised {err}: one of your in-place ops overwrote "
-                                   "a value saved for backward (tanh saves its output)")
-                return values_equal(grad, want), f"x.grad should be {want}, found {grad}"
+                    return (False, f"backward raised {err}: an in-place op overwrote a value "
+                            "saved for backward (tanh saves its output)",
+                            _overwrite_belief(fn, err))
+                if values_equal(grad, want):
+                    return True, ""
+                return (False, f"`x.grad` should be {_show(want)}, found {_show(grad)}",
+                        "data_is_safe" if ".data" in fn.source else None)
 
             verdicts.append(self.run_and_require(fn, [
-                Requirement("the values are 3*tanh(2*x) + 1", values_ok),
-                Requirement("the result was finished in place (its version counter moved)",
-                            inplace_ok, "inplace_always_fatal"),
-                Requirement("backward runs and gives the right x.grad", backward_ok,
-                            "saved_values_confused"),
-            ], part, args=(x,)))
-        findings: list[Finding] = []
-        for i, v in enumerate(verdicts):
-            for f in v.findings:
-                if len(verdicts) > 1:
-                    f.text = f"input {i + 1}: {f.text}"
-                findings.append(f)
-        return Verdict(self.qid, findings)
+                Requirement(f"{label}the values are 3*tanh(2*x) + 1", values_ok),
+                Requirement(f"{label}the result was finished in place (its version counter "
+                            "moved)", inplace_ok),
+                Requirement(f"{label}backward runs and gives the right `x.grad`", backward_ok),
+            ], part, args=(x,), on_error=_inplace_error(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
-RENORM_START = [3.0, 4.0, 0.0]
+RENORM_STARTS = [("", [3.0, 4.0, 0.0], [1.0, 2.0, 3.0]),
+                 ("Another centre: ", [1.0, -2.0, 2.0, 4.0], [0.5, 0.5, -1.0, 2.0])]
 
 
 @lesson.register
@@ -494,40 +612,54 @@ class Q8Renormalise(WriteCode):
     def grade_code(self, fn, part, variant):
         import torch
 
-        w = torch.tensor(RENORM_START, requires_grad=True)
-        (w * torch.tensor([1.0, 2.0, 3.0])).sum().backward()   # the audit already ran
-        grad_before = tf.grad_values(w)
-        version_before = tf.version(w)
-        ref = torch.tensor(RENORM_START)
-        want = tf._tolist(ref / ref.norm())
+        verdicts = []
+        for label, start, weights in _cases(variant, RENORM_STARTS[:1], RENORM_STARTS[1:]):
+            w = torch.tensor(start, requires_grad=True)
+            (w * torch.tensor(weights)).sum().backward()   # the audit already ran
+            grad_before = tf.grad_values(w)
+            version_before = tf.version(w)
+            ref = torch.tensor(start)
+            want = tf._tolist(ref / ref.norm())
 
-        def same(run):
-            out = run.result
-            return out is w and tf.is_leaf(w) and tf.requires_grad(w), \
-                "return the very tensor you were given, still a leaf that requires grad"
+            def same(run, w=w):
+                out = run.result
+                if out is w:
+                    return (tf.is_leaf(w) and tf.requires_grad(w),
+                            "`w` no longer requires grad: it is no sorting centre any more",
+                            "inference_freezes_params")
+                if tf.is_tensor(out):
+                    return False, (f"you returned a new tensor with {_history(out)}, not `w` "
+                                   "itself: `w = w / w.norm()` only rebinds the name")
+                return False, "return `w` itself"
 
-        def values(run):
-            got = tf._tolist(w.detach())
-            return values_equal(got, want), f"w should now be w / w.norm() = {want}, found {got}"
+            def values(run, w=w, want=want):
+                got = tf._tolist(w.detach())
+                return values_equal(got, want), \
+                    f"`w` should now be w / w.norm() = {_show(want)}, found {_show(got)}"
 
-        def recorded(run):
-            return tf.version(w) > version_before, (
-                "the version counter did not move: an edit through .data is invisible to "
-                "autograd's checks; edit w itself under torch.no_grad()")
+            def recorded(run, w=w, version_before=version_before, want=want):
+                if tf.version(w) > version_before:
+                    return True, ""
+                if values_equal(tf._tolist(w.detach()), want):
+                    return (False, "`w` was rescaled but its version counter did not move: the "
+                            "edit went through `.data`, invisible to autograd's checks; edit `w` "
+                            "itself under `torch.no_grad()`", "data_is_safe")
+                return False, "`w` was not written at all"
 
-        def grad_kept(run):
-            g = tf.grad_values(w)
-            return g is not None and values_equal(g, grad_before), \
-                f"leave w.grad alone: it was {grad_before}, now {g}"
+            def grad_kept(run, w=w, grad_before=grad_before):
+                g = tf.grad_values(w)
+                return g is not None and values_equal(g, grad_before), \
+                    f"leave `w.grad` alone: it was {_show(grad_before)}, now {_show(g)}"
 
-        return self.run_and_require(fn, [
-            Requirement("you returned w itself, still a leaf that requires grad", same,
-                        part="edit"),
-            Requirement("w holds w / w.norm()", values, part="edit"),
-            Requirement("the edit bumped w's version counter (no .data)", recorded,
-                        "data_is_safe", part="safe"),
-            Requirement("w.grad is untouched", grad_kept, part="safe"),
-        ], part, args=(w,))
+            verdicts.append(self.run_and_require(fn, [
+                Requirement(f"{label}you returned `w` itself, still a leaf that requires grad",
+                            same, part="edit"),
+                Requirement(f"{label}`w` holds w / w.norm()", values, part="edit"),
+                Requirement(f"{label}the edit bumped `w`'s version counter (no `.data`)",
+                            recorded, part="safe"),
+                Requirement(f"{label}`w.grad` is untouched", grad_kept, part="safe"),
+            ], part, args=(w,), on_error=_inplace_error(fn)))
+        return Verdict.merge(self.qid, verdicts)
 
 
 # --------------------------------------------------------------------------- find the bug
@@ -536,11 +668,35 @@ ACT_W = [[0.5, -1.0], [2.0, 0.3]]  # the data of the buggy program in the notebo
 ACT_X = [1.0, 2.0]
 
 
+def _returned_leaf(expected_values):
+    def test(run):
+        w = run.result
+        if not tf.is_tensor(w):
+            return False, f"return `w`, not {type(w).__name__}"
+        if not tf.is_leaf(w):
+            return False, (f"the returned tensor has {_history(w)}: it was made from `w`, "
+                           "return the sorting centre itself")
+        return (tf.requires_grad(w) and values_equal(tf._tolist(w.detach()), expected_values),
+                "return `w` as it was made: a leaf that requires grad, with its values")
+
+    return test
+
+
 @lesson.register
 class Q9ShiftedActivation(WriteCode):
     qid = "q9"
     title = "Find the bug: the activation shifted in place"
     function_name = "forward_backward"
+    starter = """\
+def forward_backward():
+    w = torch.tensor([[0.5, -1.0], [2.0, 0.3]], requires_grad=True)
+    x = torch.tensor([1.0, 2.0])
+    act = (w @ x).sigmoid()
+    act += 0.1                       # shift the activation a little
+    loss = (act ** 2).sum()
+    loss.backward()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
         import torch
@@ -551,21 +707,22 @@ class Q9ShiftedActivation(WriteCode):
         (act ** 2).sum().backward()
         want = tf.grad_values(ref_w)
 
-        def leaf(run):
-            w = run.result
-            return (tf.is_tensor(w) and tf.is_leaf(w) and tf.requires_grad(w)
-                    and values_equal(tf._tolist(w.detach()), ACT_W)), \
-                "return w, unchanged: a leaf that requires grad"
-
         def grad(run):
-            g = tf.grad_values(run.result)
-            return g is not None and values_equal(g, want), \
-                f"w.grad should be the gradient of the shifted loss, {want}; found {g}"
+            g = tf.grad_values(run.result) if tf.is_tensor(run.result) else None
+            if g is not None and values_equal(g, want):
+                return True, ""
+            if g is None:
+                return (False, "`w.grad` is `None`: no recorded route led from the loss back "
+                        "to `w`", "detach_keeps_grad" if ".detach(" in fn.source else None)
+            return (False, f"`w.grad` is {_show(g)}; the gradient of the shifted loss, computed "
+                    f"out of place by torch, is {_show(want)}",
+                    "data_is_safe" if ".data" in fn.source else None)
 
         return self.run_and_require(fn, [
-            Requirement("w is returned as it was, a leaf that requires grad", leaf),
-            Requirement("backward ran and w.grad is right", grad, "saved_values_confused"),
-        ], part)
+            Requirement("`w` is returned as it was, a leaf that requires grad",
+                        _returned_leaf(ACT_W)),
+            Requirement("backward ran and `w.grad` is that of the out-of-place program", grad),
+        ], part, on_error=_inplace_error(fn))
 
 
 CLIP_W = [0.5, -2.0, 3.0]
@@ -578,6 +735,15 @@ class Q10DataClip(WriteCode):
     title = "Find the bug: clipping through .data"
     function_name = "clipped_step"
     part_names = ["grad", "clip"]
+    starter = """\
+def clipped_step():
+    w = torch.tensor([0.5, -2.0, 3.0], requires_grad=True)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    loss = (w * w * x).sum()
+    w.data.clamp_(-1, 1)             # keep the weights in range
+    loss.backward()
+    return w
+"""
 
     def grade_code(self, fn, part, variant):
         import torch
@@ -589,30 +755,49 @@ class Q10DataClip(WriteCode):
 
         def leaf(run):
             w = run.result
-            return tf.is_tensor(w) and tf.is_leaf(w) and tf.requires_grad(w), \
-                "return w, a leaf that requires grad"
+            if not tf.is_tensor(w):
+                return False, f"return `w`, not {type(w).__name__}"
+            if not tf.is_leaf(w):
+                return False, (f"the returned tensor has {_history(w)}: `w = w.clamp(...)` made "
+                               "a new tensor; clip the sorting centre itself")
+            return tf.requires_grad(w), "return `w`, a leaf that requires grad"
 
         def grad(run):
-            g = tf.grad_values(run.result)
-            return g is not None and values_equal(g, want_grad), (
-                f"w.grad should be the gradient at the weights the loss was computed with, "
-                f"{want_grad}; found {g}")
+            w = run.result
+            g = tf.grad_values(w) if tf.is_tensor(w) else None
+            if g is not None and values_equal(g, want_grad):
+                return True, ""
+            if tf.is_tensor(w) and not tf.is_leaf(w):
+                return False, ("the tensor you returned is not the sorting centre: the gradient "
+                               "of the loss is stored on `w` itself, not on what you made from it")
+            return (False, f"`w.grad` is {_show(g)}; the gradient at the weights the loss was "
+                    f"computed with is {_show(want_grad)}",
+                    "data_is_safe" if ".data" in fn.source else None)
 
         def clipped(run):
-            got = tf._tolist(run.result.detach())
-            return values_equal(got, want_w), f"w should end clipped to [-1, 1]: {want_w}, " \
-                f"found {got}"
+            w = run.result
+            if tf.is_tensor(w) and not tf.is_leaf(w):
+                return False, "the sorting centre itself was not clipped, only a new tensor"
+            got = tf._tolist(w.detach())
+            return values_equal(got, want_w), \
+                f"`w` should end clipped to [-1, 1]: {_show(want_w)}, found {_show(got)}"
 
         def recorded(run):
-            return tf.version(run.result) >= 1, (
-                "the clip did not bump w's version counter: it went through .data, which hides "
-                "the edit from autograd; clip under torch.no_grad() after backward")
+            if not tf.is_leaf(run.result):
+                return False, "the sorting centre itself was not edited"
+            if tf.version(run.result) >= 1:
+                return True, ""
+            if values_equal(tf._tolist(run.result.detach()), want_w):
+                return (False, "`w` was clipped but its version counter is still 0: the clip "
+                        "went through `.data`, which hides the edit from autograd; clip under "
+                        "`torch.no_grad()` after backward", "data_is_safe")
+            return False, "`w` was not edited in place"
 
         return self.run_and_require(fn, [
-            Requirement("w is a leaf that requires grad", leaf, part="grad"),
-            Requirement("w.grad is the true gradient of the loss", grad, "data_is_safe",
-                        part="grad"),
-            Requirement("w ends clipped to [-1, 1]", clipped, part="clip"),
-            Requirement("the clip is visible to the version counter (no .data)", recorded,
-                        "data_is_safe", part="clip"),
-        ], part)
+            Requirement("`w` is a leaf that requires grad", leaf, part="grad"),
+            Requirement("`w.grad` is the gradient torch computes for the loss at the original "
+                        "weights", grad, part="grad"),
+            Requirement("`w` ends clipped to [-1, 1]", clipped, part="clip"),
+            Requirement("the clip is visible to the version counter (no `.data`)", recorded,
+                        part="clip"),
+        ], part, on_error=_inplace_error(fn))
