@@ -755,7 +755,8 @@ h1{font-size:1.8em;margin:.2em 0 .1em} h2{font-size:1.35em;margin:1.8em 0 .5em;
  padding-bottom:.2em;border-bottom:2px solid #e3e5e8} h3{font-size:1.1em;margin:1.2em 0 .3em}
 .sub{color:#555;margin:0 0 1em}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin:16px 0}
-.card{flex:1 1 150px;border:1px solid #e3e5e8;border-radius:8px;padding:10px 14px;background:#fafbfc}
+.card{flex:1 1 150px;border:1px solid #e3e5e8;border-radius:8px;padding:10px 14px;
+ background:#fafbfc}
 .card b{display:block;font-size:1.6em} .card span{color:#555;font-size:.92em}
 .card.warn{border-color:#f0b37e;background:#fff7ef}
 table{border-collapse:collapse;width:100%;margin:8px 0 4px;font-size:.95em}
@@ -845,10 +846,9 @@ def _misconception_table(ranking: list[MisconceptionStat], n: int, names: Names,
         width = 120 * k / n if n else 0
         revealed = " ".join(f'<span class="tag">{_e(row)} \u00d7{len(who)}</span>'
                             for row, who in st.by_row.items())
-        dot = " \u00b7 "
-        seen = "".join(f"<li><b>{_e(row)}</b>{dot + _e(item) if item else ''}: "
-                       f"{_rich(names.scrub(text))}</li>"
-                       for (row, item), text in list(st.texts.items())[:limit_texts])
+        # the finding already names its item ("`water`: you said False; ...")
+        seen = "".join(f"<li><b>{_e(row)}</b>: {_rich(names.scrub(text))}</li>"
+                       for (row, _item), text in list(st.texts.items())[:limit_texts])
         who = ", ".join(_e(names(s)) for s in sorted(st.learners, key=names))
         rows.append(
             f'<tr><td class="num">{i}</td><td><b>{_rich(st.name)}</b>'
@@ -856,8 +856,9 @@ def _misconception_table(ranking: list[MisconceptionStat], n: int, names: Names,
             f'<td class="num"><span class="meter" style="width:{width:.0f}px"></span>'
             f"<b>{k}</b> of {n}<div class=\"muted\">{100 * k / n if n else 0:.0f}%</div></td>"
             f"<td>{revealed}</td>"
-            f'<td class="why">{_rich(st.truth) or "–"}<details><summary>what the learners read'
-            f'</summary><ol class="seen">{seen}</ol><div class="muted">{who}</div></details></td>'
+            f'<td class="why">{_rich(st.truth) or "–"}<details><summary>what the feedback '
+            f'told them</summary><ol class="seen">{seen}</ol><div class="muted">{who}</div>'
+            "</details></td>"
             f"<td>{_section(st)}</td></tr>")
     return head + "".join(rows) + "</tbody></table>"
 
@@ -916,7 +917,8 @@ def _learner_table(data: ClassData, rows: list[Row], names: Names) -> str:
                         for r in qrows)
         myths = " ".join(f'<span class="tag">{_e(k)}</span>' for k in sorted(lr.misconceptions))
         body.append(f"<tr><td>{_e(names(lr.student))}</td><td class=\"num\">"
-                    f"{_points(lr.score)} ({lr.percent or 0:.0f}%)</td>{cells}<td>{myths}</td></tr>")
+                    f"{_points(lr.score)} ({lr.percent or 0:.0f}%)</td>{cells}"
+                    f"<td>{myths}</td></tr>")
     return head + "".join(body) + "</tbody></table>"
 
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -79,8 +80,11 @@ def run(course: Path, *args: str, check: int | None = 0) -> subprocess.Completed
 
 def add_previous_assignment(course: Path) -> None:
     from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission warns
         gb.add_assignment("00_warmup")
         gb.add_notebook("00_warmup", "00_warmup")
         gb.add_grade_cell("w1", "00_warmup", "00_warmup", max_score=10.0, cell_type="code")
