@@ -20,8 +20,12 @@ from a torch the learner's kernel cannot patch; answers travel to it as data
 
 from __future__ import annotations
 
+import sys
+import types
+
 from autograder import client as _client
 from autograder import feedback as _feedback
+from autograder import verdict as _verdict_module
 from autograder.client import OracleUnavailable, ask
 from autograder.encoding import AnswerEncodingError
 from autograder.verdict import MIME_TYPE, Verdict
@@ -163,3 +167,36 @@ def checker(lesson: str) -> Checker:
     """A visible-check function bound to one assignment; also warms up the oracle."""
     warm_up(lesson)
     return Checker(lesson)
+
+
+# --------------------------------------------------------------------------- sealing
+class _Sealed(types.ModuleType):
+    """A module whose functions cannot be rebound from the learner's cells.
+
+    Graded cells run in the learner's kernel, after the learner's own code; ``autograder.grade =
+    lambda *a: None`` in an answer cell would otherwise make every graded cell pass. Rebinding a
+    sealed name raises ``AttributeError``. (Code bent on cheating can still reach the objects
+    behind these names; the grader's scores rest on the oracle, which runs outside the kernel.)
+    """
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__.get("_sealed_names", ()):
+            raise AttributeError(f"{self.__name__}.{name} cannot be replaced: the graded cells "
+                                 "use the course's own")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if name in self.__dict__.get("_sealed_names", ()):
+            raise AttributeError(f"{self.__name__}.{name} cannot be removed")
+        super().__delattr__(name)
+
+
+def _seal(module: types.ModuleType) -> None:
+    names = {n for n in vars(module) if not (n.startswith("__") and n.endswith("__"))}
+    module._sealed_names = frozenset(names | {"_sealed_names"})
+    module.__class__ = _Sealed
+
+
+for _module in (_client, _feedback, _verdict_module, sys.modules[__name__]):
+    _seal(_module)
+del _module

@@ -317,11 +317,20 @@ def test_a_tensor_subclass_cannot_lie_about_being_a_leaf():
     assert verdict["score"] < 1.0
 
 
-def test_redefining_the_check_in_the_kernel_does_not_pass_hidden_tests(monkeypatch):
-    monkeypatch.setattr(autograder, "grade", lambda *a, **k: None)
-    autograder.grade("01_leaves", "q6", [0.5, 0.5])  # the tampered visible check says nothing
-    with pytest.raises(AssertionError, match="mean"):
-        autograder.verify("01_leaves", "q6", [0.5, 0.5])
+def test_the_checks_cannot_be_rebound_from_a_learners_cell():
+    """Graded cells run after the learner's code, in the same kernel: the functions they call
+    (and what those call) cannot be replaced by assigning to the modules."""
+    from autograder import feedback, verdict
+
+    for module, name in [(autograder, "grade"), (autograder, "verify"), (autograder, "check"),
+                         (autograder, "_require"), (client, "ask"), (client, "oracle"),
+                         (verdict, "Verdict"), (feedback, "headline")]:
+        with pytest.raises(AttributeError, match="cannot be"):
+            setattr(module, name, lambda *a, **k: None)
+        with pytest.raises(AttributeError, match="cannot be"):
+            delattr(module, name)
+    with pytest.raises(AssertionError, match="Q6"):
+        autograder.grade("01_leaves", "q6", [0.5, 0.5])
 
 
 def test_a_hanging_answer_times_out_and_the_oracle_keeps_working():

@@ -35,11 +35,19 @@ torch.Tensor.grad = property(lambda self: torch.ones(3))
 """
 
 TAMPER_CHECKS = """\
-import autograder
-# Replace the public check functions with ones that always pass.
-autograder.grade = lambda *args, **kwargs: None
-autograder.check = lambda *args, **kwargs: None
-grade = check = lambda *args, **kwargs: None
+import autograder, autograder.client
+# Replace the check functions, and what they call, with ones that always pass; each line is
+# tried on its own, as a learner would keep going after an error.
+for tamper in ["autograder.grade = lambda *args, **kwargs: None",
+               "autograder.verify = lambda *args, **kwargs: None",
+               "autograder._require = lambda *args, **kwargs: None",
+               "autograder.client.ask = lambda *args, **kwargs: {'question': 'q', "
+               "'findings': [{'status': 'right', 'text': 'ok'}]}"]:
+    try:
+        exec(tamper)
+    except AttributeError:
+        pass
+grade = check = verify = lambda *args, **kwargs: None
 """
 
 
