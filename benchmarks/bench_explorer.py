@@ -24,6 +24,21 @@ each is built with every ``course.draw`` cache emptied (its *first picture*), th
 clicked through a fixed round of control changes, each a state not drawn before; the
 median is over the first picture and the clicks together.
 
+*First picture* (``--only first``, the target: under 100 ms at 30 nodes): building an
+explorer (what running its notebook cell costs once imports are done: the torch run, the
+picture's fixed size over the states a click can reach, the drawing, the PNG) with every
+cache of ``course.draw`` emptied, for the chain explorers and the lesson graph explorers.
+Each is printed beside a *baseline* measured on the same machine in the same run, in turns
+with it: the same picture (same graph, size and dpi) drawn the ordinary matplotlib way,
+with ``Text`` and patch artists on a new ``Figure`` and ``savefig`` to PNG (how the static
+figures show in Jupyter). The ratio first picture / baseline does not depend on the
+machine's speed or load the way the milliseconds do.
+
+*New kernel* (``--only kernel``): the first picture in a fresh Python process, as the
+first explorer of a notebook: imports (torch, matplotlib, the course) timed apart, then
+the first picture (static mode, so no widget machinery), beside the first plain
+matplotlib figure of a fresh process (the baseline). Three processes per row.
+
 Prints Markdown tables (docs/benchmarks.md keeps the figures). CPU time
 (``time.process_time``) is the honest figure when other work shares the machine
 (wall time then inflates); both are medians.
@@ -32,13 +47,16 @@ Prints Markdown tables (docs/benchmarks.md keeps the figures). CPU time
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import matplotlib
-import numpy as np
 
 matplotlib.use("Agg")
 
@@ -60,10 +78,107 @@ def chain(layers: int) -> Scenario:
 
 
 def empty_caches(pictures_too: bool) -> None:
-    getattr(draw, "_PNG_CACHE", {}).clear()
-    if pictures_too:
-        for name in ("_STAMPS", "_LAYOUTS"):
-            getattr(draw, name, {}).clear()
+    """Empty the PNG cache; with ``pictures_too`` every cache of ``course.draw`` (stamps,
+    layouts, geometries, text widths, rasterised lines)."""
+    draw.clear_caches(pictures_too)
+
+
+def plain_png(graph, theme: str, title: str | None, size, dpi: int) -> bytes:
+    """The baseline: the same picture drawn the ordinary matplotlib way (``Text`` and patch
+    artists on a new ``Figure``, ``savefig`` to PNG at ``dpi``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(dpi=draw.DISPLAY_DPI)
+    FigureCanvasAgg(fig)
+    draw._draw(graph, fig, None, theme, title, True, size=size)
+    buf = io.BytesIO()
+    with matplotlib.rc_context(draw.FAST_TEXT):
+        fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
+    return buf.getvalue()
+
+
+def _timed(fn):
+    t, c = time.perf_counter(), time.process_time()
+    value = fn()
+    return value, time.perf_counter() - t, time.process_time() - c
+
+
+# What a first picture builds, per case: (name, build the explorer, its graph, title, size)
+def _chain_case(layers: int):
+    scenario = chain(layers)
+    return (f"GraphExplorer, chain of {layers}",
+            lambda: GraphExplorer(scenario, theme="logistics"),
+            lambda ex: (ex.run.graph, scenario.title, ex.sizes["logistics"]))
+
+
+def _lesson_case(cls):
+    return (cls.__name__, lambda: cls(theme="logistics"),
+            lambda ex: (ex.graph, ex.picture_title(), ex._size["logistics"]))
+
+
+def first_pictures(repeats: int) -> list[dict]:
+    """The first picture of each explorer and, in turns with it, the baseline (module
+    docstring): medians of CPU and wall time over ``repeats``."""
+    cases = [_chain_case(k) for k in (2, 5, 11)]
+    cases += [_lesson_case(cls) for cls in (X.RetainExplorer, X.HookExplorer, X.NoGradExplorer,
+                                            X.InplaceExplorer)]
+    rows = []
+    for name, build, picture in cases:
+        ex = build()  # warm-up: imports and torch's first calls, not timed
+        graph, title, size = picture(ex)
+        dpi = draw.auto_dpi(size)
+        plain_png(graph, "logistics", title, size, dpi)
+        first, base, full = [], [], []
+        for _ in range(repeats):
+            empty_caches(True)
+            os.environ["NBGRADER_EXECUTION"] = "1"  # static mode: the picture alone
+            try:
+                ex, wall, cpu = _timed(build)
+            finally:
+                del os.environ["NBGRADER_EXECUTION"]
+            first.append((wall, cpu))
+            graph, title, size = picture(ex)
+            empty_caches(True)
+            _, wall, cpu = _timed(lambda g=graph, t=title, z=size, d=dpi: plain_png(
+                g, "logistics", t, z, d))
+            base.append((wall, cpu))
+            empty_caches(True)
+            full.append(_timed(build)[1:])  # the same with its widgets, as in a notebook
+        med = {k: statistics.median(v[i] for v in series) for k, series, i in (
+            ("first_wall", first, 0), ("first_cpu", first, 1), ("base_wall", base, 0),
+            ("base_cpu", base, 1), ("full_wall", full, 0), ("full_cpu", full, 1))}
+        png = ex.png
+        rows.append({"name": name, "nodes": len(graph), **med,
+                     "pixels": (int.from_bytes(png[16:20]), int.from_bytes(png[20:24])),
+                     "dpi": dpi, "css": draw.display_width(png)})
+    return rows
+
+
+KERNEL_CASES = ("RetainExplorer", "GraphExplorer, chain of 5")  # first_picture_child.py
+
+
+def new_kernel(processes: int) -> list[dict]:
+    rows = []
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_picture_child.py")
+    for case in KERNEL_CASES:
+        runs = {False: [], True: []}
+        for _ in range(processes):
+            for baseline in (False, True):
+                out = subprocess.run(
+                    [sys.executable, child, case] + (["--baseline"] if baseline else []),
+                    capture_output=True, text=True, check=True,
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                        p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)})
+                runs[baseline].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        row = {"name": case}
+        for key in runs[False][0]:
+            for i, unit in ((0, "wall"), (1, "cpu")):
+                row[f"{key}: {unit}"] = statistics.median(r[key][i] for r in runs[False])
+        for i, unit in ((0, "wall"), (1, "cpu")):
+            row[f"baseline: {unit}"] = statistics.median(r["picture"][i] for r in runs[True])
+        rows.append(row)
+    return rows
 
 
 # A round of clicks per lesson explorer: (control, value), each a new state.
@@ -122,17 +237,10 @@ def phases(scenario: Scenario, controls: Controls, dpi: int,
     t0 = time.perf_counter()
     run = run_scenario(scenario, controls)
     t1 = time.perf_counter()
-    with draw._LOCK, matplotlib.rc_context(draw.FAST_TEXT):
-        fig, canvas, ax = draw._canvas(dpi)
-        try:
-            draw._draw(run.graph, fig, ax, "logistics", scenario.title, True, stamps=True,
-                       size=size)
-            canvas.draw()
-            t2 = time.perf_counter()
-            draw._encode_png(np.asarray(canvas.buffer_rgba()), dpi)
-            t3 = time.perf_counter()
-        finally:
-            draw._clear_canvas()
+    pixels = draw._render_rgba(run.graph, "logistics", scenario.title, True, dpi, size)
+    t2 = time.perf_counter()
+    draw._encode_png(pixels, dpi)
+    t3 = time.perf_counter()
     return t1 - t0, t2 - t1, t3 - t2
 
 
@@ -182,16 +290,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--dpi", type=int, default=None,
                         help="render dpi (default: the explorer's own, course.draw.auto_dpi)")
-    parser.add_argument("--only", choices=("chain", "lessons"), default=None,
-                        help="time only the chain explorers or only the lesson explorers")
+    parser.add_argument("--only", choices=("first", "chain", "lessons", "kernel"), default=None,
+                        help="time only one part")
+    parser.add_argument("--processes", type=int, default=3,
+                        help="fresh processes per row of the new-kernel table")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    rows = [] if args.only == "lessons" else [bench(layers, args.repeats, args.dpi)
-                                              for layers in (2, 5, 11)]
-    lessons = [] if args.only == "chain" else bench_lessons(args.repeats)
+    run = {k: args.only in (None, k) for k in ("first", "chain", "lessons", "kernel")}
+    firsts = first_pictures(args.repeats) if run["first"] else []
+    rows = [bench(layers, args.repeats, args.dpi) for layers in (2, 5, 11)] if run["chain"] \
+        else []
+    lessons = bench_lessons(args.repeats) if run["lessons"] else []
+    kernel = new_kernel(args.processes) if run["kernel"] else []
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}, "
           f"matplotlib {matplotlib.__version__}, dpi {args.dpi or 'auto'}, {args.repeats} repeats\n")
+    if firsts:
+        print("First picture (every course.draw cache empty) and the baseline, medians:\n")
+        print("| explorer | graph nodes | first picture: CPU | first picture: wall | baseline: CPU "
+              "| baseline: wall | ratio (CPU) | ratio (wall) | with its widgets: CPU | "
+              "PNG pixels (dpi) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in firsts:
+            print(f"| {r['name']} | {r['nodes']} | {r['first_cpu'] * 1e3:.0f} ms | "
+                  f"{r['first_wall'] * 1e3:.0f} ms | {r['base_cpu'] * 1e3:.0f} ms | "
+                  f"{r['base_wall'] * 1e3:.0f} ms | {r['first_cpu'] / r['base_cpu']:.2f} | "
+                  f"{r['first_wall'] / r['base_wall']:.2f} | {r['full_cpu'] * 1e3:.0f} ms | "
+                  f"{r['pixels'][0]}x{r['pixels'][1]} ({r['dpi']}) |")
+        print()
     if lessons:
         print("| lesson explorer | graph nodes | median, first picture + clicks: CPU | same: wall "
               "| first picture: CPU | first picture: wall | worst (wall) |")
@@ -201,19 +327,28 @@ def main() -> None:
                   f"{r['median'] * 1e3:.0f} ms | {r['first_cpu'] * 1e3:.0f} ms | "
                   f"{r['first'] * 1e3:.0f} ms | {r['worst'] * 1e3:.0f} ms |")
         print()
-    if not rows:
-        return
-    print("| nodes | new state: CPU | new state: wall | nothing cached: CPU | nothing cached: "
-          "wall | first theme switch: CPU | first theme switch: wall | seen before (wall) "
-          "| build | draw | PNG encode | PNG pixels (dpi) | shown at (CSS px) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['nodes']} | {r['new'][1] * 1e3:.0f} ms | {r['new'][0] * 1e3:.0f} ms | "
-              f"{r['bare'][1] * 1e3:.0f} ms | {r['bare'][0] * 1e3:.0f} ms | "
-              f"{r['theme'][1] * 1e3:.0f} ms | {r['theme'][0] * 1e3:.0f} ms | "
-              f"{r['seen'][0] * 1e3:.1f} ms | {r['build'] * 1e3:.1f} ms | "
-              f"{r['draw'] * 1e3:.1f} ms | {r['png'] * 1e3:.1f} ms | "
-              f"{r['pixels'][0]}x{r['pixels'][1]} ({r['dpi']}) | {r['css']} |")
+    if rows:
+        print("| nodes | new state: CPU | new state: wall | nothing cached: CPU | nothing cached: "
+              "wall | first theme switch: CPU | first theme switch: wall | seen before (wall) "
+              "| build | draw | PNG encode | PNG pixels (dpi) | shown at (CSS px) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['nodes']} | {r['new'][1] * 1e3:.0f} ms | {r['new'][0] * 1e3:.0f} ms | "
+                  f"{r['bare'][1] * 1e3:.0f} ms | {r['bare'][0] * 1e3:.0f} ms | "
+                  f"{r['theme'][1] * 1e3:.0f} ms | {r['theme'][0] * 1e3:.0f} ms | "
+                  f"{r['seen'][0] * 1e3:.1f} ms | {r['build'] * 1e3:.1f} ms | "
+                  f"{r['draw'] * 1e3:.1f} ms | {r['png'] * 1e3:.1f} ms | "
+                  f"{r['pixels'][0]}x{r['pixels'][1]} ({r['dpi']}) | {r['css']} |")
+        print()
+    if kernel:
+        print(f"New kernel (a fresh process each, medians of {args.processes}; CPU / wall):\n")
+        keys = [k.split(":")[0] for k in kernel[0] if k.endswith(": cpu")]
+        print("| explorer | " + " | ".join(keys) + " | ratio (CPU) |")
+        print("|---|" + "---:|" * (len(keys) + 1))
+        for r in kernel:
+            cells = [f"{r[k + ': cpu'] * 1e3:.0f} / {r[k + ': wall'] * 1e3:.0f} ms" for k in keys]
+            print(f"| {r['name']} | " + " | ".join(cells)
+                  + f" | {r['picture: cpu'] / r['baseline: cpu']:.2f} |")
 
 
 if __name__ == "__main__":

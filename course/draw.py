@@ -14,12 +14,15 @@ always fits its box; a 60-node graph stays readable. No drawing is wider than th
 notebook column (``COLUMN_WIDTH``): a graph with more columns than fit is wrapped like a
 line of text into bands stacked top to bottom, each read left to right (see ``Geometry``).
 
-``render_png`` (what the widgets show) is tuned for a redraw per click: it reuses one
-Figure and Agg canvas, rasterises each text (labels, gradients, the legend, the title),
-box, arrow and hook marker once and then stamps its cached pixels (a ``Stamps`` artist:
-the same pixels matplotlib draws, placed on whole pixels), caches the layout per graph
-structure and writes the PNG with zlib directly (see docs/benchmarks.md).
-``draw_graph`` keeps ordinary matplotlib artists (``Text``, ``Legend``, patches), so a
+``render_png`` (what the widgets show) is tuned for a redraw per click and for the first
+picture: it draws on a bare Agg renderer (no ``Figure``), rasterises each text once with
+FreeType through matplotlib's own ``FT2Font`` (glyph by glyph from cached glyph pictures,
+placed as matplotlib's text layout places them, to a quarter pixel), and each box and hook
+marker once with matplotlib, then stamps their cached pixels (a ``Stamps`` artist, on
+whole pixels); the edges are one ``LineCollection`` and their arrowheads a path per
+colour; the legend is laid out here; layouts and geometries are cached per graph, and
+the PNG is written with zlib directly (see docs/benchmarks.md). ``draw_graph`` draws the
+same edges and legend with ordinary matplotlib artists (``Text``, patches), so a
 figure you save as SVG or PDF has real text and vector shapes.
 """
 
@@ -38,7 +41,7 @@ from course import themes
 
 __all__ = ["draw_graph", "render_png", "graph_layout", "graph_geometry", "format_grad",
            "picture_key", "figure_size", "display_width", "DISPLAY_DPI", "RENDER_DPI",
-           "COLUMN_WIDTH"]
+           "COLUMN_WIDTH", "clear_caches", "legend_texts"]
 
 # One size and style for every drawing of the course (the explorers, the stepper and the
 # static figures). Sizes are in points and inches; a drawing is shown at DISPLAY_DPI CSS
@@ -67,9 +70,8 @@ LANE = 0.14                 # inches between two edges running side by side wher
 # A wider graph is wrapped into bands (see Geometry); its text keeps its size.
 COLUMN_WIDTH = 9.6
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
-# Text is most of the drawing time (matplotlib lays out and rasterises every glyph on
-# every draw). Unhinted glyphs without the last-resort font fallback draw about twice
-# as fast and look the same at these sizes; used for the widgets' PNGs.
+# Unhinted glyphs without the last-resort font fallback: what the widgets' PNGs and the
+# static figures' PNGs are drawn with (they look the same at these sizes, and cost less).
 FAST_TEXT = {"text.hinting": "none", "font.enable_last_resort": False}
 
 
@@ -108,12 +110,35 @@ def _label(d: dict, theme: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _text_width(s: str, size: float = FONT, weight: str = "normal", style: str = "normal"):
-    """Width of one line of text in inches (DejaVu Sans, as matplotlib lays it out)."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import text_to_path
+    """Width of one line of text in inches (DejaVu Sans, the font matplotlib uses): the sum
+    of the unhinted advances and kernings, which is the width FreeType lays the line out
+    to (to a hundredth of a pixel), at a tenth of the cost of laying it out."""
+    from matplotlib.ft2font import Kerning
 
-    prop = FontProperties(size=size, weight=weight, style=style)
-    return text_to_path.get_text_width_height_descent(s, prop, ismath=False)[0] / 72
+    font, advance = _advances(weight, style, size)
+    width, prev = 0.0, None
+    for ch in s:
+        a = advance.get(ch)
+        if a is None:
+            a = advance[ch] = _advance(font, ch)
+        if prev is not None:
+            width += font.get_kerning(prev, a[1], Kerning.UNFITTED) / 64
+        width += a[0]
+        prev = a[1]
+    return width / 720
+
+
+@functools.lru_cache(maxsize=16)
+def _advances(weight: str, style: str, size: float) -> tuple:
+    """The face (at ``size`` points, 720 dpi) and its cache ``char -> (advance, glyph)``."""
+    return _ft_font(weight, style, size, 720), {}
+
+
+def _advance(font, ch: str) -> tuple[float, int]:
+    from matplotlib.ft2font import LoadFlags
+
+    glyph = font.load_char(ord(ch), flags=LoadFlags.NO_HINTING)
+    return glyph.linearHoriAdvance / 65536, font.get_char_index(ord(ch))
 
 
 def _label_font(d: dict) -> dict:
@@ -121,6 +146,7 @@ def _label_font(d: dict) -> dict:
             "style": "italic" if d["kind"] == "function" else "normal"}
 
 
+@functools.lru_cache(maxsize=4096)
 def _box_size(label: str, weight: str = "normal", style: str = "normal",
               pad_x: float = PAD_X) -> tuple[float, float]:
     """The text area of a node's box (inches): the label's lines plus a margin."""
@@ -299,6 +325,29 @@ class Geometry:
         self.bounds = {n: (x - half_w[n], y - below[n], x + half_w[n], y + above[n])
                        for n, (x, y) in self.xy.items()}
 
+        # the edges are routed when first asked for (figure_size needs only the extents)
+        shape = nx.DiGraph()  # the structure alone: a cached geometry keeps no tensors alive
+        shape.add_nodes_from(g)
+        shape.add_edges_from(g.edges)
+        self._routing = (shape, grid, slots, crossing, band, band_of, channel_y, y_of, row_at)
+        self._edges: dict | None = None
+        self._gap: dict | None = None
+
+    @property
+    def edges(self) -> dict:
+        if self._edges is None:
+            self._route()
+        return self._edges
+
+    @property
+    def gap(self) -> dict:
+        """``gap[(u, v)]``: the stretch of the edge its gradient label is centred on."""
+        if self._gap is None:
+            self._route()
+        return self._gap
+
+    def _route(self) -> None:
+        g, grid, slots, crossing, band, band_of, channel_y, y_of, row_at = self._routing
         # ports: the edges leaving (entering) a node are spread over its right (left) side,
         # ordered by the row of their other end, so arrowheads do not pile up
         def spread(items, node):
@@ -334,7 +383,7 @@ class Geometry:
                 lane[(b, e)] = (band[b][1] + LANE * (lanes - i),
                                 self.height + channel_y[band_of[b]][lanes - 1 - i],
                                 band[b + 1][0] - LANE * (i + 1), (i, lanes))
-        self.edges, self.gap = {}, {}
+        edges, gaps = {}, {}
         for u, v in g.edges:
             e = (u, v)
             cu, cv = grid[u][0], grid[v][0]
@@ -357,8 +406,9 @@ class Geometry:
             for p in pts[1:]:
                 if abs(p[0] - clean[-1][0]) > 1e-9 or abs(p[1] - clean[-1][1]) > 1e-9:
                     clean.append(p)
-            self.edges[e] = clean
-            self.gap[e] = gap  # the last stretch between columns: edge labels go here
+            edges[e] = clean
+            gaps[e] = gap  # the last stretch between columns: edge labels go here
+        self._edges, self._gap = edges, gaps
 
 
 def _bands(col_w: list[float], crossing: list[int], rows: list[tuple[float, float]],
@@ -425,75 +475,104 @@ def _geometry(g: nx.DiGraph, theme: str) -> Geometry:
     return geo
 
 
-class _TextHandler:
-    """Legend handler that draws a ``Text`` handle as its text (the gradient and step marks)."""
-
-    def legend_artist(self, legend, orig, fontsize, handlebox):
-        from matplotlib.text import Text
-
-        x0, y0 = handlebox.xdescent, handlebox.ydescent
-        t = Text(x0 + handlebox.width / 2, y0 + handlebox.height / 2, orig.get_text(),
-                 color=orig.get_color(), ha="center", va="center", fontsize=fontsize,
-                 transform=handlebox.get_transform())
-        handlebox.add_artist(t)
-        return t
+# The legend is laid out here (not by matplotlib's Legend): entries fill columns top to
+# bottom, each a handle and its label; the same places serve draw_graph (ordinary artists)
+# and render_png (stamps), and its size is known exactly before anything is drawn.
+LEGEND_ROW = 0.25      # inches per row
+LEGEND_PAD = 0.075     # inches above and below the rows
+HANDLE_W, HANDLE_H = 0.22, 0.1   # a handle's box (1.6 x 0.7 of the font size, as matplotlib)
+HANDLE_GAP = 0.11      # between a handle and its label
+LEGEND_COL_GAP = 0.2   # between two columns
 
 
-def _legend_handles(theme: str, present, retained: bool, hooked: bool, grads: bool,
+def _legend_entries(theme: str, present, retained: bool, hooked: bool, grads: bool,
                     running: bool = False, waiting: bool = False, steps: bool = False,
-                    untracked: bool = False) -> list:
-    """One legend entry for each kind of node and mark that is drawn, and nothing else."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.text import Text
-
+                    untracked: bool = False) -> list[tuple[tuple, str]]:
+    """One legend entry ``(handle, label)`` for each kind of node and mark that is drawn, and
+    nothing else. A handle is ``("patch", style items)``, ``("marker",)``, ``("text", s)``
+    or ``("line", linestyle, colour)``."""
     red = themes.MARK_STYLE["gradient"]["color"]
-    handles = [Patch(label=themes.term(theme, k), **_patch_kw(themes.node_style(k, theme)))
+
+    def patch(**kw):
+        return ("patch", tuple(sorted(kw.items())))
+
+    entries = [(patch(**_patch_kw(themes.node_style(k, theme))), themes.term(theme, k))
                for k in themes.KINDS if k in present]
     if retained:
-        handles.append(Patch(facecolor="white", edgecolor=themes.MARK_STYLE["retained"]["color"],
-                             linewidth=3, label=themes.term(theme, "retained")))
+        entries.append((patch(facecolor="white", edgecolor=themes.MARK_STYLE["retained"]["color"],
+                              linewidth=3), themes.term(theme, "retained")))
     if hooked:
-        handles.append(Line2D([], [], linestyle="", marker="v", markersize=9,
-                              color=themes.MARK_STYLE["hooked"]["color"],
-                              label=themes.term(theme, "hooked")))
+        entries.append((("marker",), themes.term(theme, "hooked")))
     if grads:
-        handles.append(Text(text="0.5", color=red, label=themes.term(theme, "gradient")))
+        entries.append((("text", "0.5"), themes.term(theme, "gradient")))
     if steps:
-        handles.append(Text(text="#1", color=red, label=themes.term(theme, "step")))
+        entries.append((("text", "#1"), themes.term(theme, "step")))
     if running:
-        handles.append(Patch(facecolor="white", edgecolor=red, linewidth=3,
-                             label=themes.term(theme, "running")))
+        entries.append((patch(facecolor="white", edgecolor=red, linewidth=3),
+                        themes.term(theme, "running")))
     if waiting:
-        handles.append(Patch(label=themes.term(theme, "waiting"), alpha=0.35,
-                             **_patch_kw(themes.node_style("function", theme))))
+        entries.append((patch(alpha=0.35, **_patch_kw(themes.node_style("function", theme))),
+                        themes.term(theme, "waiting")))
     if untracked:
-        handles.append(Line2D([], [], linestyle="--", color=themes.edge_color(theme),
-                              label=themes.term(theme, "untracked")))
-    return handles
+        entries.append((("line", "--", themes.edge_color(theme)),
+                        themes.term(theme, "untracked")))
+    return entries
 
 
-def _legend_kw(ncol: int) -> dict:
-    from matplotlib.text import Text
-
-    return {"loc": "lower left", "ncol": ncol, "fontsize": FONT, "frameon": False,
-            "handler_map": {Text: _TextHandler()}, "handlelength": 1.6, "columnspacing": 1.4}
+def _legend_columns(labels: list[str], ncol: int) -> list[list[int]]:
+    nrows = -(-len(labels) // ncol)
+    return [list(range(i * nrows, min(len(labels), (i + 1) * nrows))) for i in range(ncol)]
 
 
 def _legend_layout(legend: tuple, max_w: float) -> tuple[int, float, float]:
-    """``(columns, width, height)`` of the legend, in inches (an estimate that errs wide)."""
+    """``(columns, width, height)`` of the legend in inches: as many columns (at most 4) as
+    fit in ``max_w``."""
     labels = _legend_labels(legend)
     if not labels:
         return 0, 0.0, 0.0
-    widths = [_text_width(s, FONT) + 0.45 for s in labels]  # handle, its pad, column space
-    ncol = min(4, len(labels))
-    while True:
-        nrows = -(-len(labels) // ncol)
-        cols = [widths[i * nrows:(i + 1) * nrows] for i in range(ncol)]
-        w = sum(max(c) for c in cols if c) + 0.3
-        if w <= max_w or ncol == 1:
-            return ncol, w, 0.15 + nrows * 0.25
-        ncol -= 1
+    for ncol in range(min(4, len(labels)), 0, -1):
+        cols = [c for c in _legend_columns(labels, ncol) if c]
+        w = sum(HANDLE_W + HANDLE_GAP + max(_text_width(labels[i]) for i in c) for c in cols)
+        w += LEGEND_COL_GAP * (len(cols) - 1)
+        if w <= max_w - MARGIN or ncol == 1:
+            return ncol, w, 2 * LEGEND_PAD + len(cols[0]) * LEGEND_ROW
+
+
+def _legend_places(legend: tuple, ncol: int) -> list[tuple[tuple, str, float, float, float]]:
+    """``(handle, label, handle_x, y, label_x)`` per entry, in inches from the legend's bottom
+    left corner: the handle's centre and the label's left end, both at height ``y``."""
+    entries = _legend_entries(*legend)
+    labels = [label for _, label in entries]
+    cols = [c for c in _legend_columns(labels, ncol) if c]
+    nrows = len(cols[0]) if cols else 0
+    places, x = [], 0.0
+    for c in cols:
+        for r, i in enumerate(c):
+            y = LEGEND_PAD + (nrows - r - 0.5) * LEGEND_ROW
+            places.append((entries[i][0], labels[i], x + HANDLE_W / 2, y,
+                           x + HANDLE_W + HANDLE_GAP))
+        x += HANDLE_W + HANDLE_GAP + max(_text_width(labels[i]) for i in c) + LEGEND_COL_GAP
+    return places
+
+
+def _legend_handle(handle: tuple, x: float, y: float):
+    """The artist of a legend handle (not a text one) centred on ``(x, y)``, in inches."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    if handle[0] == "patch":
+        return Rectangle((x - HANDLE_W / 2, y - HANDLE_H / 2), HANDLE_W, HANDLE_H,
+                         **dict(handle[1]))
+    if handle[0] == "marker":
+        return Line2D([x], [y], linestyle="", marker="v", markersize=9,
+                      color=themes.MARK_STYLE["hooked"]["color"])
+    return Line2D([x - HANDLE_W / 2, x + HANDLE_W / 2], [y, y], linestyle=handle[1],
+                  color=handle[2], linewidth=1.1)
+
+
+def legend_texts(fig) -> list[str]:
+    """The labels of the legend ``draw_graph`` drew on ``fig``, in order."""
+    return [t.get_text() for t in fig.texts if t.get_gid() == "graph-legend"]
 
 
 def _legend_labels(legend: tuple) -> list[str]:
@@ -512,15 +591,53 @@ def _box(w, h, boxstyle, alpha, kw, x, y):
                           **dict(kw))
 
 
-def _arrow(rel, linestyle, color, alpha, x, y):
-    """An edge's arrow along the polyline ``rel`` (inches, relative to ``(x, y)``)."""
-    from matplotlib.patches import FancyArrowPatch
+HEAD_L, HEAD_W = 4.8 / 72, 2.4 / 72   # an arrowhead's length and half width (inches)
+EDGE_LW = 1.1                          # points
+
+
+def _edge_artists(edges: list[tuple]) -> tuple:
+    """The edges ``(polyline, linestyle, colour, alpha)`` as a few artists: one
+    ``LineCollection`` of their lines (each ending at its head's base) and a ``PathPatch``
+    of their arrowheads (filled triangles at the polylines' ends) per colour: a few draw
+    calls, however many edges there are."""
+    import numpy as np
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import PathPatch
     from matplotlib.path import Path
 
-    path = Path([(x + dx, y + dy) for dx, dy in rel])
-    return FancyArrowPatch(path=path, arrowstyle="-|>", mutation_scale=12, color=color,
-                           linewidth=1.1, zorder=1, linestyle=linestyle, alpha=alpha,
-                           joinstyle="round", capstyle="butt")
+    lines, heads, colours, styles = [], [], [], []
+    for pts, linestyle, colour, alpha in edges:
+        (ax_, ay_), (bx_, by_) = pts[-2], pts[-1]
+        seg = math.hypot(bx_ - ax_, by_ - ay_)
+        ux, uy = (bx_ - ax_) / seg, (by_ - ay_) / seg
+        heads.append([(bx_, by_), (bx_ - HEAD_L * ux - HEAD_W * uy, by_ - HEAD_L * uy + HEAD_W * ux),
+                      (bx_ - HEAD_L * ux + HEAD_W * uy, by_ - HEAD_L * uy - HEAD_W * ux)])
+        line, back = list(pts), HEAD_L  # the line stops at the head's base
+        while len(line) > 2:
+            (px_, py_), (qx_, qy_) = line[-2], line[-1]
+            length = math.hypot(qx_ - px_, qy_ - py_)
+            if length > back:
+                break
+            back -= length
+            line.pop()
+        (px_, py_), (qx_, qy_) = line[-2], line[-1]
+        length = math.hypot(qx_ - px_, qy_ - py_)
+        keep = max(length - back, 0.0) / length if length else 0.0
+        line[-1] = (px_ + (qx_ - px_) * keep, py_ + (qy_ - py_) * keep)
+        lines.append(line)
+        colours.append(to_rgba(colour, alpha))
+        styles.append(linestyle)
+    by_colour: dict = {}  # the heads of one colour: one compound path, one draw call
+    for head, colour in zip(heads, colours, strict=True):
+        by_colour.setdefault(colour, []).append(head)
+    artists = [LineCollection(lines, colors=colours, linestyles=styles, linewidths=EDGE_LW,
+                              joinstyle="round", capstyle="butt", zorder=1, antialiaseds=True)]
+    for colour, group in by_colour.items():
+        artists.append(PathPatch(Path.make_compound_path_from_polys(np.array(group)),
+                                 facecolor=colour, edgecolor=colour, linewidth=EDGE_LW,
+                                 joinstyle="miter", zorder=1))
+    return tuple(artists)
 
 
 def _hook(x, y):
@@ -591,31 +708,46 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
           stamps: bool = False, size=None) -> None:
     """Draw ``g`` on ``fig``: into ``ax`` if given, else on a new axes sized to the graph.
 
-    With ``stamps`` (the ``render_png`` path) ``ax`` is a reused axes that is
-    positioned like a new one, and every text is a cached bitmap (``Stamps``)
-    instead of a ``Text``/``Legend`` artist.
+    With ``stamps`` (the ``render_png`` path) ``fig`` is a :class:`_Page` and ``ax`` is
+    ignored: the page is sized to the drawing (data coordinates are inches from the graph
+    area's origin, through a plain transform), and every text, box and marker is a cached
+    bitmap (``Stamps``) instead of a ``Text``/patch artist.
     """
+    from matplotlib.transforms import Affine2D
+
     geo = _geometry(g, theme)
     legend = _legend_key(g, theme, show_grads)
     red = themes.MARK_STYLE["gradient"]["color"]
-    if ax is None or stamps:
+    if stamps:
         fig_w, fig_h, ox, oy, legend_cols, _ = _frame(geo, legend, title, size)
         fig.set_size_inches(fig_w, fig_h)
-        if ax is None:
-            ax = fig.add_axes((0, 0, 1, 1))
-        else:
-            ax.set_position((0, 0, 1, 1))
-        ax.set_xlim(-ox, fig_w - ox)
-        ax.set_ylim(-oy, fig_h - oy)
-    else:
-        legend_cols = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))[0]
-        ax.set_xlim(0, geo.width)
-        ax.set_ylim(0, geo.height)
-        ax.set_aspect("equal", adjustable="datalim")
-    ax.set_axis_off()
+        data = Affine2D().translate(ox, oy) + fig.dpi_scale_trans
 
-    if stamps:  # cached pictures of arrows, boxes, texts and markers, in four layers
-        layers = {z: fig.add_artist(_new_stamps(ax.transData, z)) for z in (1, 2, 3, 4)}
+        def add_edges(artist):
+            artist.set_transform(data)
+            fig.add_artist(artist)
+    else:
+        if ax is None:
+            fig_w, fig_h, ox, oy, legend_cols, _ = _frame(geo, legend, title, size)
+            fig.set_size_inches(fig_w, fig_h)
+            ax = fig.add_axes((0, 0, 1, 1))
+            ax.set_xlim(-ox, fig_w - ox)
+            ax.set_ylim(-oy, fig_h - oy)
+        else:
+            legend_cols = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))[0]
+            ax.set_xlim(0, geo.width)
+            ax.set_ylim(0, geo.height)
+            ax.set_aspect("equal", adjustable="datalim")
+        ax.set_axis_off()
+
+        def add_edges(artist):
+            if hasattr(artist, "get_paths"):  # the lines: a collection
+                ax.add_collection(artist, autolim=False)
+            else:                             # the heads: a patch
+                ax.add_artist(artist)
+
+    if stamps:  # cached pictures of boxes, texts and markers, in three layers over the edges
+        layers = {z: fig.add_artist(_new_stamps(data, z)) for z in (2, 3, 4)}
 
         def shape(x, y, zorder, key, make):
             layers[zorder].add(x, y, _shape_stamp(key, make, fig.dpi))
@@ -656,37 +788,48 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
                  fontsize=FONT, color=red, fontweight="bold")
 
     color = themes.edge_color(theme)
-    px = fig.dpi
+    edges = []
     for u, v, d in g.edges(data=True):
-        pts = geo.edges[(u, v)]
-        x0, y0 = pts[0]
-        rel = tuple((p[0] - x0, p[1] - y0) for p in pts)
-        if stamps:  # whole pixels, so that arrows of the same shape share one picture
-            rel = tuple((round(a * px) / px, round(b * px) / px) for a, b in rel)
-        arrow = (rel, "--" if d.get("recovered") else "-", color,
-                 0.35 if g.nodes[v].get("faded") and d.get("grad") is None else 1.0)
-        shape(x0, y0, 1, ("arrow", *arrow), functools.partial(_arrow, *arrow))
+        edges.append((geo.edges[(u, v)], "--" if d.get("recovered") else "-", color,
+                      0.35 if g.nodes[v].get("faded") and d.get("grad") is None else 1.0))
         if show_grads and d.get("grad") is not None:
             (ax_, ay_), (bx_, by_) = geo.gap[(u, v)]
             text((ax_ + bx_) / 2, (ay_ + by_) / 2, _short_grad(d["grad"]), 4, ha="center",
                  va="center", fontsize=EDGE_FONT, color=red, bbox=_EDGE_LABEL_BOX)
+    if edges:  # the same artists on both paths: every edge in a few draw calls
+        for artist in _edge_artists(edges):
+            add_edges(artist)
 
     title_y = 1 - 0.1 / fig.get_figheight()
-    left = MARGIN / fig.get_figwidth()
-    n_handles = len(_legend_labels(legend))
+    places = _legend_places(legend, legend_cols) if legend_cols else []
+    red_mark = {"color": red, "ha": "center", "va": "center", "fontsize": FONT}
     if stamps:
-        top = fig.add_artist(_new_stamps(fig.transFigure, 5))
-        if n_handles:
-            top.add(left, 0.0, _legend_stamp(legend, legend_cols, fig.dpi))
+        inches = fig.add_artist(_new_stamps(fig.dpi_scale_trans, 5))
+        for handle, label, hx, hy, lx in places:
+            if handle[0] == "text":
+                inches.add(MARGIN + hx, hy, _text_stamp(handle[1], fig.dpi, **red_mark))
+            else:
+                inches.add(MARGIN + hx, hy, _shape_stamp(
+                    ("legend", handle), functools.partial(_legend_handle, handle), fig.dpi))
+            inches.add(MARGIN + lx, hy, _text_stamp(label, fig.dpi, ha="left", va="center",
+                                                    fontsize=FONT))
         if title:
-            top.add(left, title_y, _text_stamp(title, fig.dpi, ha="left", va="top",
-                                               fontsize=TITLE_FONT))
+            inches.add(MARGIN, fig.get_figheight() - 0.1, _text_stamp(
+                title, fig.dpi, ha="left", va="top", fontsize=TITLE_FONT))
         return
-    if n_handles:
-        fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(left, 0.0),
-                   **_legend_kw(legend_cols))
+    for handle, label, hx, hy, lx in places:
+        if handle[0] == "text":
+            fig.text(MARGIN + hx, hy, handle[1], transform=fig.dpi_scale_trans,
+                     gid="graph-legend-mark", **red_mark)
+        else:
+            artist = _legend_handle(handle, MARGIN + hx, hy)
+            artist.set_transform(fig.dpi_scale_trans)
+            fig.add_artist(artist)
+        fig.text(MARGIN + lx, hy, label, ha="left", va="center", fontsize=FONT,
+                 transform=fig.dpi_scale_trans, gid="graph-legend")
     if title:
-        fig.suptitle(title, fontsize=TITLE_FONT, x=left, y=title_y, ha="left")
+        fig.suptitle(title, fontsize=TITLE_FONT, x=MARGIN / fig.get_figwidth(), y=title_y,
+                     ha="left")
 
 
 def _patch_kw(style: dict) -> dict:
@@ -839,12 +982,9 @@ def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = 
     minimum ``(w, h)`` in inches (see :func:`figure_size`), keeps an explorer's picture
     one size while its graph changes. Pictures are cached by what they show
     (:func:`picture_key`), so going back to a state a learner has seen (toggling a
-    control off again, stepping back) costs about a millisecond. A new state reuses one
-    figure and canvas and the cached pictures of its texts, boxes and arrows (see the
-    module docstring).
+    control off again, stepping back) costs about a millisecond. A new state reuses the
+    cached pictures of its texts, boxes and marks (see the module docstring).
     """
-    import numpy as np
-
     themes.check_theme(theme)
     size = None if size is None else (round(float(size[0]), 3), round(float(size[1]), 3))
     if dpi is None:
@@ -852,51 +992,64 @@ def render_png(graph: nx.DiGraph, theme: str = "technical", title: str | None = 
     key = picture_key(graph, theme, title, show_grads, dpi, size)
     if key in _PNG_CACHE:
         return _PNG_CACHE[key]
-    with _LOCK, _rc(FAST_TEXT):
-        fig, canvas, ax = _canvas(dpi)
-        try:
-            _draw(graph, fig, ax, theme, title, show_grads, stamps=True, size=size)
-            canvas.draw()
-            png = _encode_png(np.asarray(canvas.buffer_rgba()), dpi)
-        finally:
-            _clear_canvas()
+    png = _encode_png(_render_rgba(graph, theme, title, show_grads, dpi, size), dpi)
     if len(_PNG_CACHE) >= _PNG_CACHE_SIZE:
         _PNG_CACHE.pop(next(iter(_PNG_CACHE)))  # oldest first
     _PNG_CACHE[key] = png
     return png
 
 
-# --- the render_png machinery: one reused canvas, cached text pictures, a direct PNG writer
+def _render_rgba(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bool,
+                 dpi: float, size=None):
+    """The picture's pixels (rows top-down, RGBA, opaque): its stamps and edges drawn
+    straight on an Agg renderer, without a ``Figure`` (see :class:`_Page`)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    with _LOCK, _rc(FAST_TEXT):
+        page = _Page(dpi)
+        _draw(graph, page, None, theme, title, show_grads, stamps=True, size=size)
+        renderer = RendererAgg(page.width * dpi, page.height * dpi, dpi)
+        pixels = np.asarray(renderer.buffer_rgba())
+        pixels[...] = 255  # a white page
+        for artist in sorted(page.artists, key=lambda a: a.get_zorder()):
+            artist.draw(renderer)
+        return pixels
+
+
+# --- the render_png machinery: a bare Agg renderer, cached pictures, a direct PNG writer
 
 _LOCK = threading.RLock()
-_CANVAS: list = []  # [(figure, canvas, axes)] once made; made on first use
-_SCRATCH: list = []  # [(figure, canvas)]: a transparent canvas that text pictures are cut from
 _STAMPS: dict[tuple, tuple] = {}  # key -> (rgba rows bottom-up, dx, dy)
 _STAMPS_SIZE = 2048
 _EDGE_LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8}
 
 
-def _canvas(dpi: float):
-    """The Figure, Agg canvas and axes that ``render_png`` draws on, made once (about 15 ms)."""
-    if not _CANVAS:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+class _Page:
+    """What ``_draw`` needs of a figure on the ``render_png`` path, and no more: its size,
+    dpi, an inches transform and a list of artists (a ``Figure`` costs about 200 ms to import
+    in a new kernel, and every picture would pay for its layout machinery)."""
 
-        fig = Figure()
-        ax = fig.add_axes((0, 0, 1, 1))
-        ax.set_axis_off()
-        _CANVAS.append((fig, FigureCanvasAgg(fig), ax))
-    fig, canvas, ax = _CANVAS[0]
-    fig.set_dpi(dpi)
-    return fig, canvas, ax
+    def __init__(self, dpi: float):
+        from matplotlib.transforms import Affine2D
 
+        self.dpi = dpi
+        self.width = self.height = 1.0
+        self.artists: list = []
+        self.dpi_scale_trans = Affine2D().scale(dpi)
 
-def _clear_canvas() -> None:
-    """Remove what ``_draw`` added, so the next picture starts from the bare figure and axes."""
-    fig, _, ax = _CANVAS[0]
-    for artist in [*ax.patches, *ax.lines, *ax.artists, *ax.texts, *fig.artists, *fig.texts,
-                   *fig.legends]:
-        artist.remove()
+    def set_size_inches(self, w: float, h: float) -> None:
+        self.width, self.height = w, h
+
+    def get_figwidth(self) -> float:
+        return self.width
+
+    def get_figheight(self) -> float:
+        return self.height
+
+    def add_artist(self, artist):
+        self.artists.append(artist)
+        return artist
 
 
 @functools.cache
@@ -905,11 +1058,11 @@ def _stamps_class():
     from matplotlib.artist import Artist
 
     class Stamps(Artist):
-        """Pre-rendered pictures (texts, the legend) placed at points in ``transform`` coordinates.
+        """Pre-rendered pictures (texts, boxes, marks) placed at points in ``transform``
+        coordinates.
 
-        Each picture is blended in with one ``draw_image`` on whole pixels: the
-        same pixels matplotlib would draw for the text, without laying out and
-        rasterising its glyphs again.
+        Each picture is blended in with one ``draw_image`` on whole pixels, without laying
+        out and rasterising its glyphs or paths again.
         """
 
         def __init__(self, transform, zorder: float):
@@ -938,47 +1091,36 @@ def _new_stamps(transform, zorder: float):
     return _stamps_class()(transform, zorder)
 
 
-def _rasterise(dpi: float, add: Callable, size_hint=(3.0, 1.0)) -> tuple:
-    """Draw one artist alone on a transparent canvas; its pixels and offset from its anchor.
+def _rasterise(dpi: float, make: Callable, size_hint=(1.0, 1.0)) -> tuple:
+    """Draw ``make(0, 0)``, an artist in inches about the origin, alone on a small transparent
+    Agg renderer; its pixels and their offset from the origin.
 
-    ``add(figure, x, y)`` adds the artist anchored at pixel ``(x, y)`` and returns
-    it. The result ``(rgba, dx, dy)`` draws the same pixels when blended at
-    ``(anchor_x + dx, anchor_y + dy)`` on another Agg canvas.
+    The result ``(rgba, dx, dy)`` (rows bottom-up) draws the same pixels when blended at
+    ``(x + dx, y + dy)`` on another Agg canvas. ``size_hint`` (inches) is the size to start
+    with; a picture that touches its border is drawn again on one twice as large.
     """
     import numpy as np
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.transforms import Affine2D
 
-    if not _SCRATCH:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(8, 3))
-        fig.patch.set_alpha(0)
-        _SCRATCH.append((fig, FigureCanvasAgg(fig)))
-    fig, canvas = _SCRATCH[0]
-    fig.set_dpi(dpi)
-    # start small (clearing a canvas sized for the legend costs more than drawing a label)
-    fig.set_size_inches(*size_hint)
-    for _ in range(4):
-        w_px, h_px = round(fig.get_figwidth() * dpi), round(fig.get_figheight() * dpi)
-        ax_px, ay_px = w_px // 2, h_px // 2
-        artist = add(fig, ax_px, ay_px)
-        try:
-            renderer = canvas.get_renderer()
-            renderer.clear()
-            artist.draw(renderer)
-            box = artist.get_window_extent(renderer)
-        finally:
-            artist.remove()
-        pad = 3 + math.ceil(2 * dpi / 72)  # antialiasing, line widths, a text's bbox pad
-        x0, y0 = int(np.floor(box.x0)) - pad, int(np.floor(box.y0)) - pad
-        x1, y1 = int(np.ceil(box.x1)) + pad, int(np.ceil(box.y1)) + pad
-        if x0 >= 0 and y0 >= 0 and x1 <= w_px and y1 <= h_px:
-            buf = np.asarray(renderer.buffer_rgba())
-            rgba = np.ascontiguousarray(buf[h_px - y1:h_px - y0, x0:x1][::-1])
-            return rgba, x0 - ax_px, y0 - ay_px
-        fig.set_size_inches(max(fig.get_figwidth(), 2.2 * (x1 - x0) / dpi),
-                            max(fig.get_figheight(), 2.2 * (y1 - y0) / dpi))
-    raise RuntimeError("text too large to rasterise")  # pragma: no cover
+    w_px, h_px = (max(8, math.ceil(v * dpi)) for v in size_hint)
+    for _ in range(6):
+        ox, oy = w_px // 2, h_px // 2
+        renderer = RendererAgg(w_px, h_px, dpi)
+        artist = make(0, 0)
+        artist.set_transform(Affine2D().scale(dpi).translate(ox, oy))  # inches, like the axes
+        artist.draw(renderer)
+        buf = np.asarray(renderer.buffer_rgba())  # rows top-down
+        alpha = buf[..., 3]
+        rows, cols = np.flatnonzero(alpha.any(axis=1)), np.flatnonzero(alpha.any(axis=0))
+        if not len(rows):
+            return np.zeros((1, 1, 4), np.uint8), 0, 0
+        if rows[0] > 0 and cols[0] > 0 and rows[-1] < h_px - 1 and cols[-1] < w_px - 1:
+            r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+            rgba = np.ascontiguousarray(buf[r0:r1, c0:c1][::-1])
+            return rgba, int(c0 - ox), int(h_px - r1 - oy)
+        w_px, h_px = 2 * w_px, 2 * h_px
+    raise RuntimeError("shape too large to rasterise")  # pragma: no cover
 
 
 def _remember(key: tuple, make: Callable) -> tuple:
@@ -991,60 +1133,247 @@ def _remember(key: tuple, make: Callable) -> tuple:
 
 
 def _text_stamp(s: str, dpi: float, **kw) -> tuple:
-    """The cached picture of a text drawn with ``Figure.text`` keywords ``kw``."""
-    from matplotlib.transforms import IdentityTransform
-
+    """The cached picture of a text drawn with ``Figure.text`` keywords ``kw`` (see
+    :func:`_text_pixels`)."""
     key = ("text", s, dpi, tuple(sorted(
         (k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in kw.items())))
+    return _remember(key, lambda: _text_pixels(s, dpi, **kw))
+
+
+# --- text without matplotlib's Text artist: FreeType through matplotlib's own FT2Font.
+# matplotlib 3.11 lays out and rasterises text glyph by glyph in Python (about 1.5 ms a
+# line); FT2Font.draw_glyphs_to_bitmap rasterises a whole line in C (about 0.1 ms), with
+# the font, size, hinting and metrics matplotlib uses. The lines are placed as
+# Text._get_layout places them (rotation 0), each on whole pixels.
+
+@functools.lru_cache(maxsize=32)
+def _ft_font(weight: str, style: str, size: float | None = None, dpi: float | None = None):
+    """A FreeType face of the font matplotlib picks for ``weight``/``style``, set to ``size``
+    points at ``dpi``: one object per size, so that it is set once (a size change costs
+    FreeType a millisecond or two) and never disturbs the faces matplotlib itself uses."""
+    import matplotlib as mpl
+    from matplotlib.font_manager import FontProperties, findfont
+    from matplotlib.ft2font import FT2Font
+
+    font = FT2Font(findfont(FontProperties(weight=weight, style=style)),
+                   hinting_factor=mpl.rcParams["text.hinting_factor"])
+    if size is not None:
+        font.set_size(size, dpi)
+    return font
+
+
+@functools.lru_cache(maxsize=64)
+def _font_heights(weight: str, style: str, size: float, dpi: float) -> tuple:
+    """``(ascent, descent, line gap)`` in pixels from the font's tables, as Text uses them."""
+    font = _ft_font(weight, style)
+    scale = size * dpi / 72 / font.get_sfnt_table("head")["unitsPerEm"]
+    for table, gap, asc, desc in (("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+                                  ("hhea", "lineGap", "ascent", "descent")):
+        t = font.get_sfnt_table(table)
+        if t is not None:
+            return t[asc] * scale, -t[desc] * scale, t[gap] * scale
+    raise RuntimeError("font without OS/2 or hhea table")  # pragma: no cover
+
+
+PHASES = 2  # glyphs are rasterised at half-pixel horizontal offsets (positions within 1/4 px)
+
+
+@functools.lru_cache(maxsize=8192)
+def _glyph(weight: str, style: str, size: float, dpi: float, index: int, phase: int, flags):
+    """One glyph rasterised by FreeType with its origin ``phase / PHASES`` pixel right of a
+    pixel edge (as matplotlib 3.11's Agg renderer does it, through the same private
+    FT2Font calls): ``(coverage rows top-down, left, top)`` in pixels from the origin."""
+    import numpy as np
+    from matplotlib.ft2font import RenderMode
+
+    font = _ft_font(weight, style, size, dpi)
+    font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [64 * phase // PHASES, 0])
+    bitmap = font._render_glyph(index, flags, RenderMode.NORMAL)
+    return np.array(bitmap.buffer, dtype=np.uint8), bitmap.left, bitmap.top
+
+
+@functools.lru_cache(maxsize=4096)
+def _char(weight: str, style: str, size: float, dpi: float, ch: str, flags) -> tuple:
+    """``(advance, glyph index, top, bottom)`` of a character, in pixels (unhinted)."""
+    font = _ft_font(weight, style, size, dpi)
+    glyph = font.load_char(ord(ch), flags=flags)
+    return (glyph.linearHoriAdvance / 65536, font.get_char_index(ord(ch)),
+            glyph.horiBearingY / 64, (glyph.horiBearingY - glyph.height) / 64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_bitmap(line: str, size: float, weight: str, style: str, dpi: float, flags,
+                 phase: int = 0) -> tuple:
+    """One line of text rasterised by FreeType, its pen starting ``phase / PHASES`` pixel
+    right of a pixel edge: ``(coverage, left, top, w, h, d)``: coverage rows top-down,
+    ``left``/``top`` the pixel offsets of its left and top edge from the pen origin on the
+    baseline (y up), ``w, h, d`` the line's width, height and descent in pixels (what
+    matplotlib's Agg renderer measures: unhinted advances and kernings, glyph boxes).
+
+    Glyph by glyph from cached glyph pictures (:func:`_glyph`); with a matplotlib without
+    those FT2Font calls, the whole line by ``FT2Font.draw_glyphs_to_bitmap``."""
+    import numpy as np
+
+    font = _ft_font(weight, style, size, dpi)
+    if not hasattr(font, "_render_glyph"):  # pragma: no cover - matplotlib < 3.11
+        font.set_text(line, 0.0, flags=flags)
+        w, h = font.get_width_height()
+        d = font.get_descent()
+        font.draw_glyphs_to_bitmap(antialiased=True)
+        img = np.array(font.get_image(), dtype=np.uint8)
+        return (img, math.floor(font.get_bitmap_offset()[0] / 64),
+                math.floor((h - d) / 64) + 1, w / 64, h / 64, d / 64)
+    from matplotlib.ft2font import Kerning
+
+    pen, prev, parts = phase / PHASES, None, []
+    y_hi, y_lo = -math.inf, math.inf
+    for ch in line:
+        advance, index, top, bottom = _char(weight, style, size, dpi, ch, flags)
+        if prev is not None:
+            pen += font.get_kerning(prev, index, Kerning.UNFITTED) / 64
+        x = math.floor(pen)
+        quarter = round((pen - x) * PHASES)
+        if quarter == PHASES:
+            x, quarter = x + 1, 0
+        cover, left, btop = _glyph(weight, style, size, dpi, index, quarter, flags)
+        if cover.size:
+            parts.append((cover, x + left, btop))
+            y_hi, y_lo = max(y_hi, top), min(y_lo, bottom)
+        pen += advance
+        prev = index
+    width = pen - phase / PHASES
+    if not parts:
+        return np.zeros((0, 0), np.uint8), 0, 0, width, 0.0, 0.0
+    x0 = min(x for _, x, _ in parts)
+    x1 = max(x + c.shape[1] for c, x, _ in parts)
+    top = max(t for _, _, t in parts)
+    low = min(t - c.shape[0] for c, _, t in parts)
+    img = np.zeros((top - low, x1 - x0), np.uint8)
+    for c, x, t in parts:
+        region = img[top - t:top - t + c.shape[0], x - x0:x - x0 + c.shape[1]]
+        np.maximum(region, c, out=region)
+    return img, x0, top, width, y_hi - y_lo, -y_lo
+
+
+def _text_pixels(s: str, dpi: float, ha: str = "left", va: str = "baseline",
+                 fontsize: float = FONT, color=None, alpha: float | None = None,
+                 fontweight: str = "normal", style: str = "normal", linespacing=None,
+                 bbox: dict | None = None) -> tuple:
+    """The stamp ``(rgba, dx, dy)`` of ``s`` as ``Figure.text(x, y, s, **kw)`` draws it, with
+    the anchor ``(x, y)`` at the origin: lines placed like ``Text._get_layout`` does,
+    ``bbox`` a square box behind the text (``pad`` in points, its ``facecolor`` and
+    ``alpha``)."""
+    import matplotlib as mpl
+    import numpy as np
+    from matplotlib.backends.backend_agg import get_hinting_flag
+    from matplotlib.colors import to_rgba
+
     lines = s.split("\n")
-    hint = (math.ceil(max(map(len, lines)) * kw.get("fontsize", FONT) / 72 * 1.4 + 0.6),
-            math.ceil(len(lines) * kw.get("fontsize", FONT) / 72 * 1.6 + 0.6))
-    return _remember(key, lambda: _rasterise(dpi, lambda fig, x, y: fig.text(
-        x, y, s, transform=IdentityTransform(), **kw), hint))
+    flags = get_hinting_flag()
+    min_a, min_d, gap = _font_heights(fontweight, style, fontsize, dpi)
+    if len(lines) == 1:
+        gap = 0.0
+    y, placed, d = 0.0, [], 0.0
+    for line in lines:
+        bm = _line_bitmap(line, fontsize, fontweight, style, dpi, flags) if line else None
+        w, h, d = bm[3:] if bm else (0.0, 0.0, 0.0)  # metrics do not depend on the phase
+        a = h - d
+        if linespacing is None or linespacing == "normal":
+            a, d = max(a, min_a) + gap / 2, max(d, min_d) + gap / 2
+        else:
+            lead = linespacing * (min_a + min_d) - (a + d)
+            a, d = a + lead / 2, d + lead / 2
+        y -= a
+        placed.append((line, bm, w, y))
+        y -= d
+    width, ymin = max(w for _, _, w, _ in placed), y
+    off_x = {"left": 0.0, "right": width}.get(ha, width / 2)
+    off_y = {"bottom": ymin, "top": 0.0, "center": ymin / 2, "baseline": ymin + d}[va]
+    parts = []   # (coverage, x0, y_top) on whole pixels, y up
+    for line, bm, w, yl in placed:
+        if bm is not None and bm[0].size:
+            lx = {"left": 0.0, "right": width - w}.get(ha, (width - w) / 2) - off_x
+            x = math.floor(lx)
+            quarter = round((lx - x) * PHASES)
+            if quarter:  # the line again, its pen where the layout puts it within the pixel
+                bm = _line_bitmap(line, fontsize, fontweight, style, dpi, flags,
+                                  quarter % PHASES)
+                x += quarter // PHASES
+            parts.append((bm[0], x + bm[1], round(yl - off_y) + bm[2]))
+    box = None
+    if bbox is not None:
+        pad = bbox.get("pad", 4.0) * dpi / 72
+        box = (math.floor(-off_x - pad), math.floor(ymin - off_y - pad),
+               math.ceil(width - off_x + pad), math.ceil(-off_y + pad))
+    xs = [x0 for _, x0, _ in parts] + [x0 + c.shape[1] for c, x0, _ in parts]
+    ys = [yt for _, _, yt in parts] + [yt - c.shape[0] for c, _, yt in parts]
+    if box:
+        xs += [box[0], box[2]]
+        ys += [box[1], box[3]]
+    if not xs:
+        return np.zeros((1, 1, 4), np.uint8), 0, 0
+    x_lo, x_hi, y_lo, y_hi = min(xs), max(xs), min(ys), max(ys)
+    cover = np.zeros((y_hi - y_lo, x_hi - x_lo), np.float32)   # rows top-down
+    for c, x0, yt in parts:
+        r0, c0 = y_hi - yt, x0 - x_lo
+        region = cover[r0:r0 + c.shape[0], c0:c0 + c.shape[1]]
+        np.maximum(region, c, out=region)
+    rgba_text = to_rgba(color if color is not None else mpl.rcParams["text.color"])
+    text_a = (cover / 255.0) * (rgba_text[3] if alpha is None else alpha)
+    out = np.empty(cover.shape + (4,), np.float32)
+    out[..., :3] = rgba_text[:3]
+    out[..., 3] = text_a
+    if box:
+        face = to_rgba(bbox.get("facecolor", "white"), bbox.get("alpha"))
+        back = np.zeros(cover.shape, np.float32)
+        back[y_hi - box[3]:y_hi - box[1], box[0] - x_lo:box[2] - x_lo] = face[3]
+        total = text_a + back * (1 - text_a)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for k in range(3):
+                out[..., k] = np.where(total > 0, (rgba_text[k] * text_a + face[k] * back
+                                                   * (1 - text_a)) / total, 0.0)
+        out[..., 3] = total
+    rgba = np.ascontiguousarray((np.clip(out, 0, 1) * 255 + 0.5).astype(np.uint8)[::-1])
+    return rgba, x_lo, y_lo
 
 
 def _shape_stamp(key: tuple, make: Callable, dpi: float) -> tuple:
     """The cached picture of ``make(0, 0)``, an artist drawn in inches about the origin."""
-    from matplotlib.transforms import Affine2D
-
-    def add(fig, x, y):
-        artist = make(0, 0)
-        artist.set_transform(Affine2D().scale(dpi).translate(x, y))  # inches, like the axes
-        return fig.add_artist(artist)
-
-    if key[0] == "arrow":  # drawn from the anchor along its polyline, either way
-        hint = (2 * max(abs(p[0]) for p in key[1]) + 0.8, 2 * max(abs(p[1]) for p in key[1]) + 0.8)
-    elif key[0] == "box":
-        hint = (key[1] + 0.8, key[2] + 0.8)
+    if key[0] == "box":
+        hint = (key[1] + 0.5, key[2] + 0.5)
     else:
-        hint = (1.0, 1.0)
-    return _remember(("shape", key, dpi), lambda: _rasterise(dpi, add, hint))
+        hint = (0.5, 0.3)
+    return _remember(("shape", key, dpi), lambda: _rasterise(dpi, make, hint))
 
 
-def _legend_stamp(legend: tuple, ncol: int, dpi: float) -> tuple:
-    """The cached picture of the legend, anchored at its bottom centre (like ``fig.legend``)."""
-    from matplotlib.transforms import IdentityTransform
-
-    def add(fig, x, y):
-        return fig.legend(handles=_legend_handles(*legend), bbox_to_anchor=(x, y),
-                          bbox_transform=IdentityTransform(), **_legend_kw(ncol))
-
-    return _remember(("legend", legend, ncol, dpi), lambda: _rasterise(dpi, add, (10.0, 1.5)))
+def clear_caches(pictures: bool = True) -> None:
+    """Empty the PNG cache and, with ``pictures``, every cache of drawn or measured things:
+    stamps, layouts, geometries, text widths, rasterised lines, font heights (what a graph
+    never drawn before costs; the loaded font faces are kept, like matplotlib's own)."""
+    with _LOCK:
+        _PNG_CACHE.clear()
+        if pictures:
+            for cache in (_STAMPS, _LAYOUTS, _GEOMETRIES):
+                cache.clear()
+            for fn in (_text_width, _box_size, _advances, _line_bitmap, _font_heights, _glyph,
+                       _char):
+                fn.cache_clear()
 
 
 def _encode_png(rgba, dpi: float) -> bytes:
-    """Opaque RGBA pixels as an RGB PNG: zlib level 1, no row filters (3x faster than Pillow's
-    encoder; the alpha channel, always 255 here, would be a quarter of the bytes to compress)."""
+    """RGBA pixels as a PNG: zlib level 1, no row filters, the rows fed to zlib straight from
+    the canvas (3x faster than Pillow's encoder; dropping the alpha channel, always 255 here,
+    would need a copy that costs more than compressing it)."""
     import numpy as np
 
     h, w, _ = rgba.shape
-    rgb = memoryview(np.ascontiguousarray(rgba[..., :3])).cast("B")
-    stride = w * 3
+    pixels = memoryview(np.ascontiguousarray(rgba)).cast("B")
+    stride = w * 4
     packer = zlib.compressobj(1)
     parts = []
     for y in range(h):  # a 0 (no filter) byte before each row, fed without one big copy
         parts.append(packer.compress(b"\0"))
-        parts.append(packer.compress(rgb[y * stride:(y + 1) * stride]))
+        parts.append(packer.compress(pixels[y * stride:(y + 1) * stride]))
     parts.append(packer.flush())
     data = b"".join(parts)
 
@@ -1052,6 +1381,6 @@ def _encode_png(rgba, dpi: float) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     per_metre = round(dpi / 0.0254)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
             + chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1))
             + chunk(b"IDAT", data) + chunk(b"IEND", b""))

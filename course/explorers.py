@@ -833,7 +833,7 @@ def doctor_patient(bug: str, layers: int):
     if bug not in BUGS:
         raise ValueError(f"bug must be one of {list(BUGS)}, not {bug!r}")
     gen_state = torch.random.get_rng_state()
-    torch.manual_seed(1)
+    torch.random.default_generator.manual_seed(1)
     model = nn.ModuleList([nn.Linear(16, 16) for _ in range(layers - 1)] + [nn.Linear(16, 1)])
     for layer in model[:-1]:  # an initialisation suited to ReLU: healthy without a bug
         nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -144,8 +145,16 @@ def scenario_inputs(scenario: Scenario) -> dict[str, bool]:
     return found
 
 
-def _uses(expr: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
+@functools.lru_cache(maxsize=1024)
+def _uses(expr: str) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(ast.parse(expr, mode="eval"))
+                     if isinstance(n, ast.Name))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(expr: str):
+    """A recipe step's expression, compiled once (a scenario re-runs at every click)."""
+    return compile(expr, "<recipe>", "eval")
 
 
 def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> Run:
@@ -157,7 +166,9 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
 
     scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     controls = controls or Controls()
-    torch.manual_seed(scenario.seed)
+    # the CPU generator only: torch.manual_seed also seeds every lazily initialised device
+    # (CUDA, XPU, MTIA), each formatting a stack trace, about 1 ms a run
+    torch.random.default_generator.manual_seed(scenario.seed)
     env: dict = {}
     tensors: dict = {}
     messages: list[str] = []
@@ -165,7 +176,7 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
     for s in scenario.steps:
         no_grad = torch.no_grad() if controls.no_grad == s.name else contextlib.nullcontext()
         with no_grad:
-            value = eval(s.expr, {"torch": torch, "nn": nn}, dict(env))  # course-authored recipe
+            value = eval(_compiled(s.expr), {"torch": torch, "nn": nn}, dict(env))  # recipe
         if s.kind == "module":
             for pname, p in value.named_parameters():
                 p.requires_grad_(controls.requires_grad.get(f"{s.name}.{pname}", True))
@@ -214,9 +225,10 @@ def picture_size(scenario: Scenario | str, controls: Controls | None = None,
     return picture_sizes(scenario, controls)[themes.check_theme(theme)]
 
 
-def picture_sizes(scenario: Scenario | str, controls: Controls | None = None) -> dict:
-    """``theme -> (w, h)``: one figure size (inches) per theme for every picture an explorer
-    of ``scenario`` shows.
+def picture_sizes(scenario: Scenario | str, controls: Controls | None = None,
+                  theme_names=None) -> dict:
+    """``theme -> (w, h)``: one figure size (inches) per theme (those of ``theme_names``,
+    default all) for every picture an explorer of ``scenario`` shows.
 
     The largest :func:`course.draw.figure_size` over the states one click away from
     ``controls`` (each ``requires_grad`` flipped, all off, each ``detach``/``no_grad``
@@ -224,27 +236,44 @@ def picture_sizes(scenario: Scenario | str, controls: Controls | None = None) ->
     keeps its size while the learner clicks, so nothing below it jumps. A theme switch
     changes every word, and the size with them.
     """
-    from course.draw import figure_size
-
     scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    return _sizes_of(_sizing_graphs(scenario, controls), scenario.title,
+                     theme_names or themes.THEMES)
+
+
+def _sizing_graphs(scenario: Scenario, controls: Controls | None = None) -> list:
+    """The graphs of the states :func:`picture_sizes` measures, with the marks a later click
+    can add (retain_grad, a hook) drawn in."""
     base = controls or Controls(requires_grad=scenario_inputs(scenario))
     rg = dict(base.requires_grad)
     states = [Controls(requires_grad=rg)]
     states += [Controls(requires_grad={**rg, n: not v}) for n, v in rg.items()]
     states.append(Controls(requires_grad=dict.fromkeys(rg, False)))
-    tensors_ = [n for n in scenario.step_names() if n not in scenario.step_names("module")]
-    states += [Controls(requires_grad=rg, detach=n) for n in tensors_]
+    # detach() of an input draws what requires_grad off draws (measured above), and so
+    # does detach() of a computed tensor what no_grad() around its step draws (either way
+    # the step's value is a tensor without history): those states are not run twice
     states += [Controls(requires_grad=rg, no_grad=n) for n in scenario.step_names("op")]
-    sizes = dict.fromkeys(themes.THEMES, (0.0, 0.0))
+    graphs = []
     for c in states:
         g = run_scenario(scenario, c).graph
         tensors = [n for n, d in g.nodes(data=True) if d["kind"] != "function"]
         if tensors:  # the marks a later click can add: retain_grad, a hook, gradients
             g.nodes[tensors[-1]].update(retains_grad=True, has_hooks=True)
-        for theme, (width, height) in sizes.items():
-            w, h = figure_size(g, theme, scenario.title, legend_extra=("gradient",))
-            sizes[theme] = (max(width, w), max(height, h))
-    return {theme: (round(w, 3), round(h, 3)) for theme, (w, h) in sizes.items()}
+        graphs.append(g)
+    return graphs
+
+
+def _sizes_of(graphs: list, title: str, theme_names) -> dict:
+    from course.draw import figure_size
+
+    sizes = {}
+    for theme in theme_names:
+        w, h = 0.0, 0.0
+        for g in graphs:
+            gw, gh = figure_size(g, theme, title, legend_extra=("gradient",))
+            w, h = max(w, gw), max(h, gh)
+        sizes[theme] = (math.ceil(w * 1000) / 1000, math.ceil(h * 1000) / 1000)  # never less
+    return sizes
 
 
 def explain(message: str, theme: str, output: str) -> str:
@@ -342,6 +371,7 @@ class GraphExplorer(_Twin):
         self.table_html = ""
         self.controls: dict = {}
         self.sizes: dict[str, tuple] = {}   # theme -> the picture's fixed size (inches)
+        self._sizing: list | None = None     # the graphs that size is the largest over
         self._recompute()
         if not static_mode():
             self._build_widgets()
@@ -367,8 +397,10 @@ class GraphExplorer(_Twin):
         from course.facts import tensor_table
 
         self.run = run_scenario(self.scenario, self.state)
-        if not self.sizes:
-            self.sizes.update(picture_sizes(self.scenario, self.state))
+        if self._sizing is None:  # the states measured for the picture's one size
+            self._sizing = _sizing_graphs(self.scenario, self.state)
+        if self.theme not in self.sizes:  # measured per theme, when first shown
+            self.sizes.update(_sizes_of(self._sizing, self.scenario.title, [self.theme]))
         size = self.sizes[self.theme]
         needed = figure_size(self.run.graph, self.theme, self.scenario.title)
         if needed[0] > size[0] or needed[1] > size[1]:  # a state not foreseen: grow once

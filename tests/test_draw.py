@@ -32,7 +32,9 @@ def seed003_after_backward():
 
 
 def legend_texts(fig) -> list[str]:
-    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    from course.draw import legend_texts
+
+    return legend_texts(fig)
 
 
 @pytest.mark.parametrize("theme", themes.THEMES)
@@ -175,16 +177,24 @@ def test_stamped_png_looks_like_matplotlib_drawing(theme):
     g = seed003_after_backward()
     draw._PNG_CACHE.clear()
     png = np.asarray(Image.open(io.BytesIO(
-        render_png(g, theme, title="seed 003", dpi=draw.RENDER_DPI)))).astype(int)
-    plain = plain_matplotlib_pixels(g, theme, "seed 003")[..., :3]  # the PNG is opaque RGB
+        render_png(g, theme, title="seed 003", dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
+    plain = plain_matplotlib_pixels(g, theme, "seed 003")[..., :3]  # the PNG is opaque
     assert png.shape == plain.shape
-    # The same pictures, at most half a pixel apart (stamps sit on whole pixels): compared
-    # in 4x4-pixel blocks, nothing is missing (a missing text or mark differs by > 100).
+    # The same pictures, at most a pixel or so apart (stamps sit on whole pixels; the text is
+    # FreeType's whole-line rendering, whose glyphs may sit up to 1.3 px (at 2x) from
+    # matplotlib 3.11's glyph-by-glyph placement): each pixel is compared with the nearest
+    # match within 2 px, in 4x4-pixel blocks: nothing is missing (a missing text or mark
+    # differs by > 100) and nothing is added.
     h, w = png.shape[0] // 4 * 4, png.shape[1] // 4 * 4
-    blocks = [a[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3)) for a in (png, plain)]
-    diff = np.abs(blocks[0] - blocks[1])
-    assert diff.mean() < 1.5 and diff.max() < 96  # lines 3 px wide at 2x, moved half a pixel
-    assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.1
+    near = np.full(png.shape, 255, dtype=int)
+    padded = np.pad(plain, ((2, 2), (2, 2), (0, 0)), mode="edge")
+    for dy in range(5):
+        for dx in range(5):
+            shifted = padded[dy:dy + png.shape[0], dx:dx + png.shape[1]]
+            near = np.minimum(near, np.abs(png - shifted))
+    blocks = near[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3))
+    assert blocks.mean() < 1.0 and blocks.max() < 96, (blocks.mean(), blocks.max())
+    assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.15
     assert plain_matplotlib_pixels(g, theme, "seed 003")[..., 3].min() == 255  # nothing lost
 
 
@@ -207,18 +217,27 @@ def test_cached_pictures_are_reused_and_new_states_differ():
     assert render_png(g, "logistics", title="t") == second  # stamps draw the same bytes again
 
 
-def test_render_png_reuses_a_clean_canvas():
+def test_render_png_draws_an_opaque_page_at_its_dpi_without_a_figure():
+    import subprocess
+    import sys
+
     from course import draw
 
     g = seed003_after_backward()
     draw._PNG_CACHE.clear()
-    render_png(g, "technical", title="one")
-    fig, _, ax = draw._CANVAS[0]
-    assert not fig.artists and not fig.texts and not fig.legends
-    assert not ax.patches and not ax.lines and not ax.artists and not ax.texts
     img = Image.open(io.BytesIO(render_png(g, "kitchen", dpi=100)))
-    assert round(img.info["dpi"][0]) == 100 and img.mode == "RGB"
-    assert draw._CANVAS[0][0] is fig  # one figure for every picture
+    assert round(img.info["dpi"][0]) == 100 and img.mode == "RGBA"
+    assert img.getextrema()[3] == (255, 255)  # opaque
+    w, h = draw.figure_size(g, "kitchen")
+    assert (img.width, img.height) == (int(w * 100), int(h * 100))
+    # a new kernel's first picture does not import matplotlib's Figure (about 200 ms)
+    code = ("import sys, torch\nfrom course import draw\nfrom course.graph import build_graph\n"
+            "a = torch.tensor(2.0, requires_grad=True)\n"
+            "draw.render_png(build_graph(a * 3, namespace={'a': a}))\n"
+            "print('matplotlib.figure' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_layout_is_cached_by_structure():

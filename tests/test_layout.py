@@ -127,7 +127,9 @@ def notebook_figures() -> dict[str, list[tuple[str, object]]]:
     with the checker's entry points (``checker``, ``grade``, ``verify``) answering nothing:
     they need a clean process and draw nothing.
     """
-    import autograder
+    import sys
+    import types
+
     from course import draw as draw_module
     from course import widgets as widgets_module
 
@@ -152,14 +154,18 @@ def notebook_figures() -> dict[str, list[tuple[str, object]]]:
                 _calls.append((kind, scenario))
             return record
 
-        patches = {(autograder, "checker"): lambda lesson: _noop,
-                   (autograder, "grade"): _noop, (autograder, "verify"): _noop,
-                   (draw_module, "draw_graph"): record_graph,
+        # the checker's entry points answer nothing: a stand-in module while the cells run
+        # (the real one does not let its functions be rebound)
+        stand_in = types.ModuleType("autograder")
+        stand_in.checker, stand_in.grade, stand_in.verify = (lambda lesson: _noop), _noop, _noop
+        real_autograder = sys.modules.get("autograder")
+        patches = {(draw_module, "draw_graph"): record_graph,
                    (widgets_module, "GraphExplorer"): recorder("GraphExplorer"),
                    (widgets_module, "BackwardStepper"): recorder("BackwardStepper")}
         saved = {k: getattr(*k) for k in patches}
         namespace = {"display": _noop, "__name__": "__main__"}
         try:
+            sys.modules["autograder"] = stand_in
             for (module, attr), value in patches.items():
                 setattr(module, attr, value)
             for i, source in enumerate(cells[:last + 1]):
@@ -174,6 +180,10 @@ def notebook_figures() -> dict[str, list[tuple[str, object]]]:
                     if figure_cell:
                         raise
         finally:
+            if real_autograder is None:
+                sys.modules.pop("autograder", None)
+            else:
+                sys.modules["autograder"] = real_autograder
             for (module, attr), value in saved.items():
                 setattr(module, attr, value)
             plt.close("all")
@@ -268,6 +278,41 @@ def test_every_drawing_fits_the_notebook_column(theme):
         if w > draw.COLUMN_WIDTH + 1e-9:
             too_wide[name] = round(w * draw.DISPLAY_DPI)
     assert not too_wide, too_wide
+
+
+def test_an_explorer_picture_never_grows_while_clicking():
+    """The one size a GraphExplorer measures up front (``picture_sizes``) holds every state a
+    click leads to (each control changed once, before and after backward()), in every
+    theme: the picture never jumps."""
+    for name, scenario in explorer_scenarios().items():
+        sizes = widgets.picture_sizes(scenario)
+        for c in scenario_states(scenario):
+            g = run_scenario(scenario, c).graph
+            for theme in themes.THEMES:
+                w, h = draw.figure_size(g, theme, scenario.title)
+                assert w <= sizes[theme][0] + 1e-6 and h <= sizes[theme][1] + 1e-6, (
+                    name, c, theme)
+
+
+def test_a_lesson_explorer_picture_is_largest_at_its_start():
+    """A lesson explorer (02-07) sizes its picture by the states shown so far; its first
+    state needs the most room of all its states, in every theme, so the picture never
+    grows while the learner clicks."""
+    from course import explorers
+
+    extra = ("gradient", "retained", "hooked")
+    graphs = lesson_explorer_graphs()
+    for cls in explorers.EXPLORERS.values():
+        start = f"{cls.__name__}:{dict(cls.DEFAULTS)}"
+        mine = [(name, g, title) for name, g, title in graphs if f":{cls.__name__}:" in name]
+        if not mine:
+            continue
+        [(_, g0, t0)] = [m for m in mine if m[0].endswith(start)]
+        for theme in themes.THEMES:
+            w0, h0 = draw.figure_size(g0, theme, t0, legend_extra=extra)
+            for name, g, title in mine:
+                w, h = draw.figure_size(g, theme, title, legend_extra=extra)
+                assert w <= w0 + 1e-9 and h <= h0 + 1e-9, (name, theme, (w, h), (w0, h0))
 
 
 def test_the_rendered_pictures_are_as_wide_as_their_layout():
