@@ -16,7 +16,9 @@ import sys
 
 import pytest
 from helpers import (
+    RELEASE,
     ROOT,
+    SOURCE,
     assignments,
     is_answer,
     is_graded_test,
@@ -181,3 +183,17 @@ def test_release_has_no_solutions_hidden_tests_or_outputs(assignment):
 def test_release_is_what_nbgrader_generates_from_source_now():
     problems = check_release(ROOT)
     assert problems == [], "\n".join(problems) + "\nrun `autograder release` and commit"
+
+
+LANGUAGE_INFO_KEYS = {"name", "version", "mimetype", "file_extension", "codemirror_mode",
+                      "pygments_lexer", "nbconvert_exporter"}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_language_info_is_complete(assignment):
+    """What the kernel reports, stored in full: JupyterLab marks a notebook modified on opening
+    when its kernel's language_info differs from the stored one."""
+    for where in (SOURCE, RELEASE):
+        info = read(notebook_path(assignment, where)).metadata.get("language_info", {})
+        assert LANGUAGE_INFO_KEYS <= set(info), (where.name, sorted(info))
+        assert info["name"] == "python" and info["version"].count(".") == 2
