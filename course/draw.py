@@ -87,18 +87,17 @@ def format_grad(g, limit: int = 3) -> str:
 
 
 def _short_grad(g) -> str:
-    """A gradient as written in a drawing: whole if it has at most two values, else the first
-    value and "..." (the tensor table shows them all)."""
-    return format_grad(g, limit=2 if g.numel() <= 2 else 1)
+    """A gradient as written in a drawing: whole if it is one value, else the first value
+    and "..." (the tensor table and the explorers' numbers show them all): the space kept
+    under a node for it stays narrow, so more columns fit the notebook's width."""
+    return format_grad(g, limit=1)
 
 
 def _grad_template(shape) -> str:
     """The widest text a gradient of this shape is written as (space is kept for it)."""
     if not shape:
         return "grad -8.88e-88"
-    n = math.prod(shape)
-    return {1: "grad [-8.88e-88]", 2: "grad [-8.88e-88, -8.88e-88]"}.get(
-        n, "grad [-8.88e-88, ...]")
+    return "grad [-8.88e-88]" if math.prod(shape) == 1 else "grad [-8.88e-88, ...]"
 
 
 def _label(d: dict, theme: str) -> str:

@@ -116,6 +116,7 @@ class _Explorer(_Twin):
     TITLE = ""
     DEFAULTS: dict = {}
     CHOICES: dict = {}   # control -> every value it can take (tests walk every state)
+    SIZE_STATES: tuple = ()  # states whose pictures need more room than the start's
     _syncing = False
 
     def __init__(self, theme: str = "logistics", dpi: int | None = None, **state):
@@ -165,20 +166,28 @@ class _Explorer(_Twin):
         self.png = self._render_graph() if self.graph is not None else b""
 
     def _render_graph(self) -> bytes:
-        """``render_png`` of the graph, at one size per explorer where ``course.draw`` can
-        (``figure_size``): the largest drawing needed so far, with room for every mark, so
-        the picture does not jump while the learner clicks."""
-        import inspect
-
+        """``render_png`` of the graph at one size per explorer and theme: the largest of
+        the start's picture, the current one and those of ``SIZE_STATES`` (the states that
+        need more room than the start; tests/test_layout.py checks that no state needs
+        more than these), with room for every mark, so the picture does not jump while the
+        learner clicks."""
         from course import draw
 
+        extra = ("gradient", "retained", "hooked")
         kw = {} if self.dpi is None else {"dpi": self.dpi}
         title = self.picture_title()
-        if hasattr(draw, "figure_size") and "size" in inspect.signature(draw.render_png).parameters:
-            w, h = draw.figure_size(self.graph, self.theme, title=title,
-                                    legend_extra=("gradient", "retained", "hooked"))
-            old_w, old_h = self._size.get(self.theme, (0.0, 0.0))
-            self._size[self.theme] = kw["size"] = (max(w, old_w), max(h, old_h))
+        w, h = draw.figure_size(self.graph, self.theme, title=title, legend_extra=extra)
+        if self.theme not in self._size:  # measured when the theme is first shown
+            for state in (self.DEFAULTS, *self.SIZE_STATES):
+                other = type(self).__new__(type(self))
+                other.theme, other.state = self.theme, {**self.DEFAULTS, **state}
+                other.graph, other.svg = None, ""
+                other.compute()
+                ow, oh = draw.figure_size(other.graph, self.theme, title=other.picture_title(),
+                                          legend_extra=extra)
+                w, h = max(w, ow), max(h, oh)
+        old_w, old_h = self._size.get(self.theme, (0.0, 0.0))
+        self._size[self.theme] = kw["size"] = (max(w, old_w), max(h, old_h))
         return draw.render_png(self.graph, self.theme, title=title, **kw)
 
     def picture_title(self) -> str:
@@ -728,6 +737,7 @@ class InplaceExplorer(_Explorer):
     TITLE = "y = h * w saves h; then h is edited"
     DEFAULTS = {"edit": "after", "inplace": True}
     CHOICES = {"edit": ("none", "before", "after"), "inplace": (False, True)}
+    SIZE_STATES = ({"edit": "before", "inplace": False},)  # h = h + 1 drawn as a step
 
     def compute(self) -> None:
         import torch

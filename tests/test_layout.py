@@ -294,10 +294,10 @@ def test_an_explorer_picture_never_grows_while_clicking():
                     name, c, theme)
 
 
-def test_a_lesson_explorer_picture_is_largest_at_its_start():
-    """A lesson explorer (02-07) sizes its picture by the states shown so far; its first
-    state needs the most room of all its states, in every theme, so the picture never
-    grows while the learner clicks."""
+def test_a_lesson_explorer_picture_never_grows_while_clicking():
+    """A lesson explorer (02-07) sizes its picture by its start and its ``SIZE_STATES``
+    (and the states shown so far): no other state needs more room, in any theme, so the
+    picture never grows while the learner clicks."""
     from course import explorers
 
     extra = ("gradient", "retained", "hooked")
@@ -307,9 +307,13 @@ def test_a_lesson_explorer_picture_is_largest_at_its_start():
         mine = [(name, g, title) for name, g, title in graphs if f":{cls.__name__}:" in name]
         if not mine:
             continue
-        [(_, g0, t0)] = [m for m in mine if m[0].endswith(start)]
+        sizing = [start] + [f"{cls.__name__}:{ {**cls.DEFAULTS, **st} }"
+                            for st in cls.SIZE_STATES]
+        measured = [m for m in mine if any(m[0].endswith(s) for s in sizing)]
+        assert len(measured) == len(sizing), cls
         for theme in themes.THEMES:
-            w0, h0 = draw.figure_size(g0, theme, t0, legend_extra=extra)
+            w0 = max(draw.figure_size(g, theme, t, legend_extra=extra)[0] for _, g, t in measured)
+            h0 = max(draw.figure_size(g, theme, t, legend_extra=extra)[1] for _, g, t in measured)
             for name, g, title in mine:
                 w, h = draw.figure_size(g, theme, title, legend_extra=extra)
                 assert w <= w0 + 1e-9 and h <= h0 + 1e-9, (name, theme, (w, h), (w0, h0))

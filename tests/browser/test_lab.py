@@ -90,6 +90,7 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
             page.wait_for_selector(".graph-explorer .ge-figure img")
         page.screenshot(path=str(lab.artifact(f"{stem}-after-run-all.png")), full_page=True)
         shoot_widgets(page, lab, stem, "before")
+        assert assert_nothing_scrolls_sideways(page)
         text = outputs_text(page)
         for bad in FAILURE_TEXTS:
             assert bad not in text
@@ -110,6 +111,7 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
             assert "Step 1/" in page.locator(".bs-status").first.inner_text()
         page.screenshot(path=str(lab.artifact(f"{stem}-after-clicks.png")), full_page=True)
         shoot_widgets(page, lab, stem, "after")
+        assert_nothing_scrolls_sideways(page)
 
         # nbgrader's Lab extension is loaded: its Validate button sits in the notebook toolbar
         assert page.locator("jp-button.validate-button, .validate-button").count() >= 1 \
@@ -119,6 +121,27 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
     finally:
         for k in lab.api("/api/kernels"):
             lab.api(f"/api/kernels/{k['id']}", method="DELETE")
+
+
+def assert_nothing_scrolls_sideways(page) -> list:
+    """Every picture of every output (widget, static figure, chart) fits its output area:
+    no output scrolls sideways, and each picture keeps its own width (it is not shrunk, so
+    its text stays body-text size). Returns ``[(picture width, column width)]``."""
+    found = page.evaluate("""() => [...document.querySelectorAll(
+            '.jp-Notebook .jp-OutputArea-output')].map(out => ({
+        client: out.clientWidth, scroll: out.scrollWidth,
+        imgs: [...out.querySelectorAll('img')].map(i => [i.width, i.naturalWidth,
+                                                          i.getAttribute('width')])}))""")
+    assert found, "no outputs"
+    sizes = []
+    for out in found:
+        assert out["scroll"] <= out["client"] + 1, out
+        for width, natural, attr in out["imgs"]:
+            assert width <= out["client"] + 1, (width, out)
+            if attr:  # shown at the width it asks for: never squeezed to fit
+                assert abs(width - int(attr)) <= 1, (width, attr)
+            sizes.append((width, out["client"]))
+    return sizes
 
 
 def shoot_widgets(page, lab, stem: str, when: str) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 import torch
-from test_lab import FAILURE_TEXTS, changed, outputs_text, run_all
+from test_lab import (FAILURE_TEXTS, assert_nothing_scrolls_sideways, changed, outputs_text,
+                      run_all)
 
 pytestmark = pytest.mark.browser
 
@@ -99,6 +100,7 @@ def test_every_explorer_renders_and_responds(lab, page):
         for bad in (*FAILURE_TEXTS, "Traceback"):
             assert bad not in text
         assert page.locator(".jp-Dialog").count() == 0
+        assert len(assert_nothing_scrolls_sideways(page)) >= 6  # every explorer's picture
         page.screenshot(path=str(lab.artifact("explorers-after-clicks.png")), full_page=True)
     finally:
         for k in lab.api("/api/kernels"):
