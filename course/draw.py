@@ -172,21 +172,27 @@ def graph_layout(g: nx.DiGraph) -> dict:
     return dict(_layered(g)[0])
 
 
-def _layered(g: nx.DiGraph) -> tuple[dict, dict]:
+def _layered(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
     """``(grid, slots)``: ``grid`` as :func:`graph_layout`; ``slots[(u, v)]`` the rows of the
-    edge's reserved slots, one per column strictly between ``u``'s and ``v``'s."""
+    edge's reserved slots, one per column strictly between ``u``'s and ``v``'s. ``breaks``:
+    the columns after which the drawing wraps to a new band (see :func:`_layout`)."""
     if len(g) == 0:
         return {}, {}
-    key = (tuple(g), tuple(g.edges))
+    key = (tuple(g), tuple(g.edges), breaks)
     if key not in _LAYOUTS:
         if len(_LAYOUTS) >= _LAYOUTS_SIZE:
             _LAYOUTS.pop(next(iter(_LAYOUTS)))  # oldest first
-        _LAYOUTS[key] = _layout(g)
+        _LAYOUTS[key] = _layout(g, breaks)
     grid, slots = _LAYOUTS[key]
     return grid, slots
 
 
-def _layout(g: nx.DiGraph) -> tuple[dict, dict]:
+def _layout(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
+    """Columns from the output back, then rows column by column from the output back, each
+    item near the mean row of what it feeds. At a break (the last column of a band, when the
+    drawing wraps) the items are stacked one row apart in the order of what they feed in
+    the next band, instead of near its rows: each band then is as compact as its own columns
+    allow, and the edges that cross to the next band keep their order."""
     depth = {n: i for i, gen in enumerate(nx.topological_generations(g.reverse(copy=False)))
              for n in gen}
     last = max(depth.values())
@@ -210,6 +216,9 @@ def _layout(g: nx.DiGraph) -> tuple[dict, dict]:
         for item in items:
             rows = [row[s] for s in nxt.get(item, ()) if s in row]
             wanted[item] = sum(rows) / len(rows) if rows else None
+        if c in breaks:  # what it feeds is in the next band: keep its order, stacked tight
+            ranked = sorted(items, key=lambda it: (wanted[it] is None, wanted[it] or 0.0))
+            wanted = {it: float(i) for i, it in enumerate(ranked)}
         order = sorted(items, key=lambda it: (wanted[it] is None, wanted[it] or 0.0))
         placed, prev = [], None
         for it in order:
@@ -290,6 +299,12 @@ class Geometry:
         self.bands = _bands(col_w, [len(c) for c in crossing], col_rows, self.row_h,
                             max_width)
         band_of = {c: k for k, (a, b) in enumerate(self.bands) for c in range(a, b + 1)}
+        if len(self.bands) > 1:  # rows again, each band on its own (see _layout)
+            grid, slots = _layered(g, tuple(b for _, b in self.bands[:-1]))
+            row_at = {(c, n): r for n, (c, r) in grid.items()}
+            for (u, v), rs in slots.items():
+                for c, r in zip(range(grid[u][0] + 1, grid[v][0]), rs, strict=True):
+                    row_at[(c, (u, v))] = r
         span = [[math.inf, -math.inf] for _ in self.bands]
         for (c, _), r in row_at.items():
             s = span[band_of[c]]

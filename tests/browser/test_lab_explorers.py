@@ -12,8 +12,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 import torch
-from test_lab import (FAILURE_TEXTS, assert_nothing_scrolls_sideways, changed, outputs_text,
-                      run_all)
+from test_lab import FAILURE_TEXTS, assert_nothing_scrolls_sideways, changed, outputs_text, run_all
 
 pytestmark = pytest.mark.browser
 
