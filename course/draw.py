@@ -187,12 +187,18 @@ def _layered(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
     return grid, slots
 
 
-def _layout(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
-    """Columns from the output back, then rows column by column from the output back, each
-    item near the mean row of what it feeds. At a break (the last column of a band, when the
-    drawing wraps) the items are stacked one row apart in the order of what they feed in
-    the next band, instead of near its rows: each band then is as compact as its own columns
-    allow, and the edges that cross to the next band keep their order."""
+_COLUMNS: dict[tuple, tuple] = {}
+
+
+def _columns(g: nx.DiGraph) -> tuple[dict, dict, dict]:
+    """``(col, members, nxt)``: each node's column (``topological_generations`` of the
+    reversed graph, so every input sits just left of its first use), each column's items
+    (nodes, then a slot per edge that passes through it), and what each item feeds in the
+    next column. Cached by structure."""
+    key = (tuple(g), tuple(g.edges))
+    found = _COLUMNS.get(key)
+    if found is not None:
+        return found
     depth = {n: i for i, gen in enumerate(nx.topological_generations(g.reverse(copy=False)))
              for n in gen}
     last = max(depth.values())
@@ -209,6 +215,19 @@ def _layout(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
             nxt.setdefault(prev, []).append(slot)
             prev = slot
         nxt.setdefault(prev, []).append(v)
+    if len(_COLUMNS) >= _LAYOUTS_SIZE:
+        _COLUMNS.pop(next(iter(_COLUMNS)))  # oldest first
+    _COLUMNS[key] = col, members, nxt
+    return col, members, nxt
+
+
+def _layout(g: nx.DiGraph, breaks: tuple = ()) -> tuple[dict, dict]:
+    """Columns from the output back, then rows column by column from the output back, each
+    item near the mean row of what it feeds. At a break (the last column of a band, when the
+    drawing wraps) the items are stacked one row apart in the order of what they feed in
+    the next band, instead of near its rows: each band then is as compact as its own columns
+    allow, and the edges that cross to the next band keep their order."""
+    col, members, nxt = _columns(g)
     row: dict = {}
     for c in sorted(members, reverse=True):  # from the output back to the inputs
         items = members[c]
@@ -259,7 +278,7 @@ class Geometry:
 
     def __init__(self, g: nx.DiGraph, theme: str, max_width: float | None = None):
         max_width = COLUMN_WIDTH if max_width is None else max_width
-        grid, slots = _layered(g)
+        col, members, _ = _columns(g) if len(g) else ({}, {}, {})
         self.labels = {n: _label(d, theme) for n, d in g.nodes(data=True)}
         self.box = {n: _box_size(self.labels[n], **_label_font(d),
                                  pad_x=PAD_X_ROUND4 if d["kind"] == "intermediate" else PAD_X)
@@ -275,8 +294,8 @@ class Geometry:
                 grad_w = _text_width(_grad_template(d.get("shape") or ()), FONT) / 2
                 half_w[n] = max(shape_w, grad_w)
                 above[n], below[n] = h / 2 + SHAPE_OUT + 0.1, h / 2 + SHAPE_OUT + MARK_H + 0.04
-        ncols = max((c for c, _ in grid.values()), default=0) + 1
-        col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if grid[n][0] == c] + [0.3])
+        ncols = max(col.values(), default=0) + 1
+        col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if col[n] == c] + [0.3])
                  for c in range(ncols)]
         self.row_h = max([above[n] + below[n] for n in g] + [0.6]) + ROW_GAP
         self.half_row = max([above[n] for n in g] + [0.3]), max([below[n] for n in g] + [0.3])
@@ -284,27 +303,18 @@ class Geometry:
         # the edges that cross from column <= j to column > j, for each break j
         crossing: list[list] = [[] for _ in range(ncols)]
         for u, v in g.edges:
-            for j in range(grid[u][0], grid[v][0]):
+            for j in range(col[u], col[v]):
                 crossing[j].append((u, v))
-        # rows: each band spans the rows its nodes and slots use
-        row_at: dict = {}   # (column, item) -> row; items are nodes and edges (their slots)
-        for n, (c, r) in grid.items():
-            row_at[(c, n)] = r
+        self.bands = _bands(col_w, [len(c) for c in crossing],
+                            [len(members.get(c, ())) for c in range(ncols)], self.row_h,
+                            max_width)
+        band_of = {c: k for k, (a, b) in enumerate(self.bands) for c in range(a, b + 1)}
+        # rows, each band on its own (see _layout); a band spans the rows its items use
+        grid, slots = _layered(g, tuple(b for _, b in self.bands[:-1]))
+        row_at: dict = {(c, n): r for n, (c, r) in grid.items()}  # (column, item) -> row
         for (u, v), rs in slots.items():
             for c, r in zip(range(grid[u][0] + 1, grid[v][0]), rs, strict=True):
                 row_at[(c, (u, v))] = r
-        col_rows = [[math.inf, -math.inf] for _ in range(ncols)]
-        for (c, _), r in row_at.items():
-            col_rows[c] = [min(col_rows[c][0], r), max(col_rows[c][1], r)]
-        self.bands = _bands(col_w, [len(c) for c in crossing], col_rows, self.row_h,
-                            max_width)
-        band_of = {c: k for k, (a, b) in enumerate(self.bands) for c in range(a, b + 1)}
-        if len(self.bands) > 1:  # rows again, each band on its own (see _layout)
-            grid, slots = _layered(g, tuple(b for _, b in self.bands[:-1]))
-            row_at = {(c, n): r for n, (c, r) in grid.items()}
-            for (u, v), rs in slots.items():
-                for c, r in zip(range(grid[u][0] + 1, grid[v][0]), rs, strict=True):
-                    row_at[(c, (u, v))] = r
         span = [[math.inf, -math.inf] for _ in self.bands]
         for (c, _), r in row_at.items():
             s = span[band_of[c]]
@@ -425,14 +435,15 @@ class Geometry:
         self._edges, self._gap = edges, gaps
 
 
-def _bands(col_w: list[float], crossing: list[int], rows: list[tuple[float, float]],
+def _bands(col_w: list[float], crossing: list[int], items: list[int],
            row_h: float, max_width: float) -> list[tuple[int, int]]:
     """Cut columns into bands ``(first, last)`` at most ``max_width`` wide (a column wider
     than that is a band of its own): the fewest bands (the fewest edges running back),
-    then the least total height (rows spanned and channels), then the narrowest widest.
-    ``crossing[j]`` is the number of edges from column ``j`` or before to a later column
-    (each takes a lane in both margins and the channel when the graph is cut after column
-    ``j``); ``rows[c]`` the lowest and highest row that column ``c``'s nodes and slots use."""
+    then the least total height (each band about as many rows as its fullest column has
+    items, and its channel), then the narrowest widest. ``crossing[j]`` is the number of
+    edges from column ``j`` or before to a later column (each takes a lane in both margins
+    and the channel when the graph is cut after column ``j``); ``items[c]`` the number of
+    nodes and slots in column ``c``."""
     n = len(col_w)
     prefix = [0.0]
     for w in col_w:
@@ -448,15 +459,15 @@ def _bands(col_w: list[float], crossing: list[int], rows: list[tuple[float, floa
     best: list = [(0, 0.0, 0.0)] + [None] * n  # best[j]: (bands, height, widest), columns < j
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
-        lo, hi = math.inf, -math.inf
+        fullest = 0
         for i in range(j - 1, -1, -1):   # the band i..j-1, growing to the left
-            lo, hi = min(lo, rows[i][0]), max(hi, rows[i][1])
+            fullest = max(fullest, items[i])
             w = width(i, j - 1)
             if w > max_width and j - 1 > i:
                 break
             if best[i] is None:
                 continue
-            h = (hi - lo) * row_h + (LANE * (crossing[j - 1] + 1) if j < n else 0.0)
+            h = (fullest - 1) * row_h + (LANE * (crossing[j - 1] + 1) if j < n else 0.0)
             cand = (best[i][0] + 1, round(best[i][1] + h, 6), max(best[i][2], w))
             if best[j] is None or cand < best[j]:
                 best[j], cut[j] = cand, i
@@ -690,8 +701,8 @@ def _frame(geo: Geometry, legend: tuple, title: str | None, size=None):
     fig_h = geo.height + legend_h + title_h
     if size is not None:
         fig_w, fig_h = max(fig_w, size[0]), max(fig_h, size[1])
-    ox = 0.0                                # everything starts at the left: a graph wider than
-    oy = fig_h - title_h - geo.height       # the notebook shows its start, title and legend
+    ox = 0.0                                # everything starts at the left, under the title;
+    oy = fig_h - title_h - geo.height       # the legend goes right under the graph
     return fig_w, fig_h, ox, oy, ncol, legend_h
 
 
@@ -733,7 +744,8 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
     legend = _legend_key(g, theme, show_grads)
     red = themes.MARK_STYLE["gradient"]["color"]
     if stamps:
-        fig_w, fig_h, ox, oy, legend_cols, _ = _frame(geo, legend, title, size)
+        fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size)
+        legend_y = oy - legend_h  # right under the graph (a taller state's room stays below)
         fig.set_size_inches(fig_w, fig_h)
         data = Affine2D().translate(ox, oy) + fig.dpi_scale_trans
 
@@ -742,13 +754,15 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
             fig.add_artist(artist)
     else:
         if ax is None:
-            fig_w, fig_h, ox, oy, legend_cols, _ = _frame(geo, legend, title, size)
+            fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size)
+            legend_y = oy - legend_h
             fig.set_size_inches(fig_w, fig_h)
             ax = fig.add_axes((0, 0, 1, 1))
             ax.set_xlim(-ox, fig_w - ox)
             ax.set_ylim(-oy, fig_h - oy)
         else:
             legend_cols = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))[0]
+            legend_y = 0.0  # at the bottom of the caller's figure
             ax.set_xlim(0, geo.width)
             ax.set_ylim(0, geo.height)
             ax.set_aspect("equal", adjustable="datalim")
@@ -821,25 +835,26 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
         inches = fig.add_artist(_new_stamps(fig.dpi_scale_trans, 5))
         for handle, label, hx, hy, lx in places:
             if handle[0] == "text":
-                inches.add(MARGIN + hx, hy, _text_stamp(handle[1], fig.dpi, **red_mark))
+                inches.add(MARGIN + hx, legend_y + hy,
+                           _text_stamp(handle[1], fig.dpi, **red_mark))
             else:
-                inches.add(MARGIN + hx, hy, _shape_stamp(
+                inches.add(MARGIN + hx, legend_y + hy, _shape_stamp(
                     ("legend", handle), functools.partial(_legend_handle, handle), fig.dpi))
-            inches.add(MARGIN + lx, hy, _text_stamp(label, fig.dpi, ha="left", va="center",
-                                                    fontsize=FONT))
+            inches.add(MARGIN + lx, legend_y + hy, _text_stamp(
+                label, fig.dpi, ha="left", va="center", fontsize=FONT))
         if title:
             inches.add(MARGIN, fig.get_figheight() - 0.1, _text_stamp(
                 title, fig.dpi, ha="left", va="top", fontsize=TITLE_FONT))
         return
     for handle, label, hx, hy, lx in places:
         if handle[0] == "text":
-            fig.text(MARGIN + hx, hy, handle[1], transform=fig.dpi_scale_trans,
+            fig.text(MARGIN + hx, legend_y + hy, handle[1], transform=fig.dpi_scale_trans,
                      gid="graph-legend-mark", **red_mark)
         else:
-            artist = _legend_handle(handle, MARGIN + hx, hy)
+            artist = _legend_handle(handle, MARGIN + hx, legend_y + hy)
             artist.set_transform(fig.dpi_scale_trans)
             fig.add_artist(artist)
-        fig.text(MARGIN + lx, hy, label, ha="left", va="center", fontsize=FONT,
+        fig.text(MARGIN + lx, legend_y + hy, label, ha="left", va="center", fontsize=FONT,
                  transform=fig.dpi_scale_trans, gid="graph-legend")
     if title:
         fig.suptitle(title, fontsize=TITLE_FONT, x=MARGIN / fig.get_figwidth(), y=title_y,
@@ -1367,7 +1382,7 @@ def clear_caches(pictures: bool = True) -> None:
     with _LOCK:
         _PNG_CACHE.clear()
         if pictures:
-            for cache in (_STAMPS, _LAYOUTS, _GEOMETRIES):
+            for cache in (_STAMPS, _LAYOUTS, _COLUMNS, _GEOMETRIES):
                 cache.clear()
             for fn in (_text_width, _box_size, _advances, _line_bitmap, _font_heights, _glyph,
                        _char):
