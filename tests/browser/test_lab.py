@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import nbformat
 import pytest
+from conftest import ROOT
 
 pytestmark = pytest.mark.browser
 
@@ -233,6 +234,32 @@ def test_feedback_reads_at_a_glance(lab, page):
         assert "Traceback" not in text and "autograder/" not in text
         stub = boxes.nth(1).inner_text()
         assert "not answered yet" in stub and "common belief" not in stub
+    finally:
+        for k in lab.api("/api/kernels"):
+            lab.api(f"/api/kernels/{k['id']}", method="DELETE")
+
+
+def test_a_lesson_opens_unmodified(lab, page):
+    """Opening a lesson and letting its kernel start must not mark it modified (closing it would
+    ask to save a notebook the learner never touched)."""
+    import json
+    import platform
+
+    stored = json.loads((ROOT / "release/03_detach/03_detach.ipynb").read_text())
+    version = stored["metadata"]["language_info"]["version"]
+    if version != platform.python_version():
+        pytest.skip(f"the notebooks record Python {version}, this kernel runs "
+                    f"{platform.python_version()}: JupyterLab marks a notebook modified when "
+                    "they differ")
+    name = lab.copy_in("release/03_detach/03_detach.ipynb")
+    try:
+        page.goto(lab.url(name))
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        lab.wait_kernel_idle(name)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        page.wait_for_timeout(1500)  # the kernel's language_info has arrived by now
+        tab = page.locator(".lm-TabBar-tab", has_text=name).first
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or "")
     finally:
         for k in lab.api("/api/kernels"):
             lab.api(f"/api/kernels/{k['id']}", method="DELETE")
