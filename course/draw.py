@@ -350,9 +350,10 @@ class Geometry:
                        for n, (x, y) in self.xy.items()}
 
         # the edges are routed when first asked for (figure_size needs only the extents)
-        shape = nx.DiGraph()  # the structure alone: a cached geometry keeps no tensors alive
-        shape.add_nodes_from(g)
-        shape.add_edges_from(g.edges)
+        # the structure alone (a cached geometry keeps no tensors alive): the edges, and each
+        # node's outgoing and incoming edges in the graph's own order
+        shape = (list(g.edges), {n: list(g.out_edges(n)) for n in g},
+                 {n: list(g.in_edges(n)) for n in g})
         self._routing = (shape, grid, slots, crossing, band, band_of, channel_y, y_of, row_at)
         self._edges: dict | None = None
         self._gap: dict | None = None
@@ -371,7 +372,8 @@ class Geometry:
         return self._gap
 
     def _route(self) -> None:
-        g, grid, slots, crossing, band, band_of, channel_y, y_of, row_at = self._routing
+        shape, grid, slots, crossing, band, band_of, channel_y, y_of, row_at = self._routing
+        edge_list, out_edges, in_edges = shape
         # ports: the edges leaving (entering) a node are spread over its right (left) side,
         # ordered by the row of their other end, so arrowheads do not pile up
         def spread(items, node):
@@ -381,10 +383,10 @@ class Geometry:
             return {e: (s - 2 * s * i / (k - 1) if k > 1 else 0.0) for i, e in enumerate(items)}
 
         out_port, in_port = {}, {}
-        for n in g:
-            outs = sorted(g.out_edges(n), key=lambda e: (slots[e] or [grid[e[1]][1]])[0])
+        for n in out_edges:
+            outs = sorted(out_edges[n], key=lambda e: (slots[e] or [grid[e[1]][1]])[0])
             out_port.update(spread(outs, n))
-            ins = sorted(g.in_edges(n), key=lambda e: (slots[e] or [grid[e[0]][1]])[-1])
+            ins = sorted(in_edges[n], key=lambda e: (slots[e] or [grid[e[0]][1]])[-1])
             in_port.update(spread(ins, n))
 
         def y_in(e, c):
@@ -408,7 +410,7 @@ class Geometry:
                                 self.height + channel_y[band_of[b]][lanes - 1 - i],
                                 band[b + 1][0] - LANE * (i + 1), (i, lanes))
         edges, gaps = {}, {}
-        for u, v in g.edges:
+        for u, v in edge_list:
             e = (u, v)
             cu, cv = grid[u][0], grid[v][0]
             y = y_in(e, cu)

@@ -112,14 +112,18 @@ def _tensor_attrs(t, name: str, named: bool, is_output: bool) -> dict:
     }
 
 
+_SAVED_NAMES: dict[type, list[str]] = {}
+
+
 def _saved_tensors(fn) -> list[tuple[str, object]]:
     """The tensors a backward function saved, as ``(field, tensor)``; none once freed."""
     import torch
 
     out = []
-    for attr in dir(fn):
-        if not attr.startswith("_saved_"):
-            continue
+    names = _SAVED_NAMES.get(type(fn))
+    if names is None:  # the same for every function of a class (dir() is slow)
+        names = _SAVED_NAMES[type(fn)] = [a for a in dir(fn) if a.startswith("_saved_")]
+    for attr in names:
         try:
             value = getattr(fn, attr)
         except RuntimeError:  # freed by backward(); the values are gone
