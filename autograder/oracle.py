@@ -156,6 +156,7 @@ def serve() -> None:
     # What the first optimizer a check creates imports (1.5-3 s): once here, not in every fork.
     # Free when grading: the worker's zygote preloaded it.
     import torch._dynamo  # noqa: F401
+
     import autograder.questions  # noqa: F401  -- warm the fork template
     import autograder.torchfacts  # noqa: F401  -- capture torch's descriptors before any learner code
 

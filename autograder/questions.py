@@ -35,7 +35,7 @@ __all__ = [
     "RIGHT", "TODO", "WRONG", "Finding", "Verdict", "right", "todo", "wrong",
     "Item", "Predict", "WriteCode", "Requirement", "score", "Lesson", "CodeRun",
     "LearnerCodeError", "run_learner", "define_learner", "learner_namespace", "values_equal",
-    "show", "warns", "untouched_stub", "raised_finding",
+    "show", "warns", "untouched_stub", "raised_finding", "plain", "exception_answer", "says_raises",
 ]
 
 # --------------------------------------------------------------------------- verdicts
@@ -77,6 +77,25 @@ def show(value: Any) -> str:
     if isinstance(value, ExceptionName):
         return str(value)
     return repr(value)
+
+
+def plain(given: Any) -> Any:
+    """A predicted value as plain data (a tensor answer as its values)."""
+    return given.values if isinstance(given, TensorValue) else given
+
+
+def exception_answer(err: BaseException | None) -> ExceptionName | None:
+    """The answer a learner gives for "which exception?": the class name, or None."""
+    return None if err is None else ExceptionName(type(err).__name__)
+
+
+def says_raises(given: Any) -> bool | None:
+    """Whether an answer to "which exception?" says that something raised (None: unreadable)."""
+    if given is None or given is False:
+        return False
+    if given is True or (isinstance(given, str) and given):
+        return True
+    return None
 
 
 # --------------------------------------------------------------------------- questions

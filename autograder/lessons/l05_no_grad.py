@@ -23,7 +23,7 @@ import torch
 from torch.optim.sgd import sgd as _sgd_update  # SGD.step()'s own update (*)
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
+from autograder.encoding import LearnerFunction
 from autograder.questions import (
     WRONG,
     CodeRun,
@@ -34,8 +34,11 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
+    exception_answer,
     learner_namespace,
+    plain,
     run_learner,
+    says_raises,
     score,
     values_equal,
 )
@@ -53,22 +56,10 @@ _equal = torch.equal
 # the update function SGD.step() runs does not.
 
 
-def _error_name(err) -> ExceptionName | None:
-    return None if err is None else ExceptionName(type(err).__name__)
 
 
-def _plain(given: Any) -> Any:
-    """A predicted value as plain data (a tensor answer as its values)."""
-    return given.values if isinstance(given, TensorValue) else given
 
 
-def _says_raises(given: Any) -> bool | None:
-    """Whether an answer to "which exception?" says that something raised (None: unreadable)."""
-    if given is None or given is False:
-        return False
-    if given is True or (isinstance(given, str) and given):
-        return True
-    return None
 
 
 # --------------------------------------------------------------------------- Q1
@@ -146,13 +137,13 @@ total.backward()
 def _silent_myth(key: str):
     """An error item: ``key`` when the learner said nothing is raised."""
     def choose(given: Any, expected: Any) -> str | None:
-        return key if _says_raises(given) is False and expected is not None else None
+        return key if says_raises(given) is False and expected is not None else None
 
     return choose
 
 
 def _branch_myth(given: Any, expected: Any) -> str | None:
-    given = _plain(given)
+    given = plain(given)
     if given is None:
         return "no_grad_result_unusable"
     if isinstance(given, list) and isinstance(expected, list) and values_equal(
@@ -179,7 +170,7 @@ class Q2BackwardThroughQuiet(Predict):
     ]
 
     def facts(self, ns):
-        return {"error": _error_name(ns["error"]), "z.is_leaf": tf.is_leaf(ns["z"]),
+        return {"error": exception_answer(ns["error"]), "z.is_leaf": tf.is_leaf(ns["z"]),
                 "x.grad": tf.grad_values(ns["x"])}
 
 
@@ -261,7 +252,7 @@ except RuntimeError as err:
 
 def _inference_grad_myth(given: Any, expected: Any) -> str | None:
     """None: quiet cannot take part; twice the truth: frozen * w went through as well."""
-    given = _plain(given)
+    given = plain(given)
     if given is None:
         return "no_grad_result_unusable"
     if isinstance(given, list) and isinstance(expected, list) and values_equal(
@@ -296,7 +287,7 @@ class Q4InferenceMode(Predict):
             "frozen.requires_grad": tf.requires_grad(ns["frozen"]),
             "frozen.is_inference()": bool(_is_inference(ns["frozen"])),
             "quiet.is_inference()": bool(_is_inference(ns["quiet"])),
-            "frozen_error": _error_name(ns["frozen_error"]),
+            "frozen_error": exception_answer(ns["frozen_error"]),
             "w.grad": tf.grad_values(ns["w"]),
         }
 

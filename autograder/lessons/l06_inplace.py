@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from autograder import torchfacts as tf
-from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
+from autograder.encoding import LearnerFunction
 from autograder.questions import (
     WRONG,
     Item,
@@ -30,35 +30,25 @@ from autograder.questions import (
     Requirement,
     Verdict,
     WriteCode,
+    exception_answer,
     learner_namespace,
+    plain,
+    says_raises,
     values_equal,
 )
 
 lesson = Lesson("06_inplace", "In-place operations and the version counter")
 
 
-def _error(err) -> ExceptionName | None:
-    """The answer a learner gives for 'which exception?': the class name, or None."""
-    return None if err is None else ExceptionName(type(err).__name__)
 
 
-def _plain(given: Any) -> Any:
-    """A predicted value as plain data (a tensor answer as its values)."""
-    return given.values if isinstance(given, TensorValue) else given
 
 
-def _says_raises(given: Any) -> bool | None:
-    """Whether an answer to "which exception?" says that something raised (None: unreadable)."""
-    if given is None or given is False:
-        return False
-    if given is True or (isinstance(given, str) and given):
-        return True
-    return None
 
 
 def _raise_myth(given: Any, expected: Any) -> str | None:
     """Wrong about whether backward raises: which way round?"""
-    says = _says_raises(given)
+    says = says_raises(given)
     if expected is None and says:
         return "inplace_always_fatal"
     if expected is not None and says is False:
@@ -67,7 +57,7 @@ def _raise_myth(given: Any, expected: Any) -> str | None:
 
 
 def _scaled(given: Any, expected: Any, factor: float) -> bool:
-    given = _plain(given)
+    given = plain(given)
     return (isinstance(given, list) and isinstance(expected, list) and len(given) == len(expected)
             and values_equal(given, [factor * e for e in expected]))
 
@@ -90,7 +80,7 @@ except RuntimeError as err:
 
 def _unscaled_myth(given: Any, expected: Any) -> str | None:
     """x.grad given as None (nothing arrived), or as y (z.mul_(2) not recorded)."""
-    if _plain(given) is None:
+    if plain(given) is None:
         return "inplace_grad_none"
     if _scaled(given, expected, 0.5):
         return "inplace_not_recorded"
@@ -115,13 +105,13 @@ class Q1ArticleExample(Predict):
     def judge(self, item, answer, expected):
         finding = super().judge(item, answer, expected)
         # no x.grad because backward raised: the answer's first blank says why
-        if (finding.status == WRONG and item.key == "x.grad" and _plain(answer.get("x.grad")) is None
-                and _says_raises(answer.get("error"))):
+        if (finding.status == WRONG and item.key == "x.grad" and plain(answer.get("x.grad")) is None
+                and says_raises(answer.get("error"))):
             finding.misconception = "inplace_always_fatal"
         return finding
 
     def facts(self, ns):
-        return {"error": _error(ns["error"]), "x.grad": tf.grad_values(ns["x"]),
+        return {"error": exception_answer(ns["error"]), "x.grad": tf.grad_values(ns["x"]),
                 "z._version": tf.version(ns["z"])}
 
 
@@ -197,13 +187,13 @@ class Q2WhoSaves(Predict):
         if finding.status == WRONG and finding.misconception:
             # The same answer for all six is a belief about every in-place edit; mixed answers
             # know that some edits raise and misjudge what this operation saved.
-            says = {_says_raises(answer.get(k)) for k in _Q2_KEYS} - {None}
+            says = {says_raises(answer.get(k)) for k in _Q2_KEYS} - {None}
             if len(says) > 1:
                 finding.misconception = "saved_values_confused"
         return finding
 
     def facts(self, ns):
-        return {k: _error(ns[k]) for k in _Q2_KEYS}
+        return {k: exception_answer(ns[k]) for k in _Q2_KEYS}
 
 
 # --------------------------------------------------------------------------- Q3
@@ -276,7 +266,7 @@ with torch.no_grad():
 
 def _refused_edit_applied(given: Any, expected: Any) -> bool:
     """The values show the refused `w.mul_(0.5)` or `w[0] = 0.0` as if they had taken place."""
-    given = _plain(given)
+    given = plain(given)
     if not (isinstance(given, list) and isinstance(expected, list)
             and len(given) == len(expected) and expected):
         return False
@@ -286,7 +276,7 @@ def _refused_edit_applied(given: Any, expected: Any) -> bool:
 
 
 def _leaf_error_myth(given: Any, expected: Any) -> str | None:
-    return "leaf_inplace_ok" if _says_raises(given) is False and expected is not None else None
+    return "leaf_inplace_ok" if says_raises(given) is False and expected is not None else None
 
 
 @lesson.register
@@ -311,13 +301,13 @@ class Q4LeafEdits(Predict):
                 and _refused_edit_applied(answer.get("w"), expected)):
             # a learner who said the edits raise yet counts them holds another belief than one
             # who thinks they are allowed
-            refused = any(_says_raises(answer.get(k)) for k in ("err_mul", "err_index"))
+            refused = any(says_raises(answer.get(k)) for k in ("err_mul", "err_index"))
             finding.misconception = "refused_edit_applied" if refused else "leaf_inplace_ok"
         return finding
 
     def facts(self, ns):
         w = ns["w"]
-        return {"err_mul": _error(ns["err_mul"]), "err_index": _error(ns["err_index"]),
+        return {"err_mul": exception_answer(ns["err_mul"]), "err_index": exception_answer(ns["err_index"]),
                 "w": tf._tolist(w.detach()), "w.is_leaf": tf.is_leaf(w)}
 
 
@@ -345,10 +335,10 @@ except RuntimeError as err:
 def _data_grad_myth(given: Any, expected: Any) -> str | None:
     import torch
 
-    given = _plain(given)
+    given = plain(given)
     if given is None:
         return "inplace_grad_none"
-    if _says_raises(given):
+    if says_raises(given):
         return "data_is_safe"  # expects the version check to catch the .data edit
     # the gradient of the loss that was actually computed, at the old w
     w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -376,7 +366,7 @@ class Q5DataVsNoGrad(Predict):
 
     def facts(self, ns):
         return {"grad_after_data": ns["grad_after_data"], "w._version": tf.version(ns["w"]),
-                "err_no_grad": _error(ns["err_no_grad"])}
+                "err_no_grad": exception_answer(ns["err_no_grad"])}
 
 
 # --------------------------------------------------------------------------- Q6
