@@ -180,19 +180,19 @@ def test_stamped_png_looks_like_matplotlib_drawing(theme):
         render_png(g, theme, title="seed 003", dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
     plain = plain_matplotlib_pixels(g, theme, "seed 003")[..., :3]  # the PNG is opaque
     assert png.shape == plain.shape
-    # The same pictures, at most a pixel or so apart (stamps sit on whole pixels; the text is
-    # FreeType's whole-line rendering, whose glyphs may sit up to 1.3 px (at 2x) from
-    # matplotlib 3.11's glyph-by-glyph placement): each pixel is compared with the nearest
-    # match within 2 px, in 4x4-pixel blocks: nothing is missing (a missing text or mark
-    # differs by > 100) and nothing is added.
+    # The same pictures, at most a pixel apart (stamps sit on whole pixels; glyphs are placed
+    # to a quarter pixel, lines rounded to whole pixels): each pixel is compared with the
+    # nearest match within 1 px, in 4x4-pixel blocks: nothing is missing (a missing text or
+    # mark differs by > 100) and nothing is added.
+    png, plain = png.astype(np.int16), plain.astype(np.int16)
     h, w = png.shape[0] // 4 * 4, png.shape[1] // 4 * 4
-    near = np.full(png.shape, 255, dtype=int)
-    padded = np.pad(plain, ((2, 2), (2, 2), (0, 0)), mode="edge")
-    for dy in range(5):
-        for dx in range(5):
+    near = np.full(png.shape, 255, dtype=np.int16)
+    padded = np.pad(plain, ((1, 1), (1, 1), (0, 0)), mode="edge")
+    for dy in range(3):
+        for dx in range(3):
             shifted = padded[dy:dy + png.shape[0], dx:dx + png.shape[1]]
-            near = np.minimum(near, np.abs(png - shifted))
-    blocks = near[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3))
+            np.minimum(near, np.abs(png - shifted), out=near)
+    blocks = near[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3), dtype=np.float32)
     assert blocks.mean() < 1.0 and blocks.max() < 96, (blocks.mean(), blocks.max())
     assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.15
     assert plain_matplotlib_pixels(g, theme, "seed 003")[..., 3].min() == 255  # nothing lost
