@@ -16,6 +16,7 @@ _LAZY = {  # public name -> submodule
     "quiet_grad": "facts",
     "build_graph": "graph",
     "draw_graph": "draw",
+    "show": "draw",
     "GraphExplorer": "widgets",
     "BackwardStepper": "widgets",
     "RetainExplorer": "explorers",
