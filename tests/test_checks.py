@@ -380,6 +380,21 @@ def test_a_repeated_check_is_answered_from_memory_but_a_timeout_is_not():
     assert time.monotonic() - t0 >= 2  # evaluated twice: a timeout is not remembered
 
 
+def test_a_visible_check_and_the_graded_cells_of_its_parts_share_one_evaluation():
+    """The README's promise: the graded cells after a visible check cost nothing. The check asks
+    the whole question; each part's graded cell takes its view from the remembered verdict."""
+    oracle = client.oracle()
+    oracle.forget()
+    answer = {**Q1_RIGHT, "water": False}
+    whole = autograder.check("01_leaves", "q1", answer)
+    assert len(oracle._settled) == 1
+    autograder.grade("01_leaves", "q1", answer, part="basics")  # all right: no error
+    with pytest.raises(AssertionError, match="Q1 \\(tricky\\): 1 of 2 right"):
+        autograder.grade("01_leaves", "q1", answer, part="tricky")
+    assert len(oracle._settled) == 1  # no second evaluation
+    assert whole.verdict.for_part("tricky").score == 0.5
+
+
 def test_feedback_renders_as_text_and_html():
     fb = autograder.check("01_leaves", "q6", [0.5, 0.5])
     assert not fb.passed and "mean" in repr(fb) and "<li" in fb._repr_html_()
