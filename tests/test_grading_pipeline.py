@@ -113,7 +113,8 @@ def test_feedback_is_generated_and_shows_hidden_tests(graded):
     html = next((course / "feedback" / "partial" / assignment).glob("*.html")).read_text()
     assert "BEGIN HIDDEN TESTS" in html or "verify(" in html
     assert "common belief" in html or "not answered yet" in html
-    assert "autograder/__init__.py" not in html and "site-packages" not in html
+    # learners' own cells may show tracebacks through torch; none runs through the checks
+    assert "autograder/__init__.py" not in html and "autograder/client.py" not in html
 
 
 _PATH = re.compile(r"(?:^|[\s'\"(])/(?:[\w.+-]+/)+[\w.+-]+")
