@@ -227,33 +227,28 @@ def test_anonymous_report_hides_every_id_consistently(graded, tmp_path):
 
 
 @pytest.mark.browser
-def test_report_opens_offline_in_chromium_with_its_figures(graded):
-    from browser.conftest import ARTIFACTS, CHROMIUM_FLAGS, chromium_path
+def test_report_opens_offline_in_chromium_with_its_figures(graded, playwright_chromium):
+    from browser.conftest import ARTIFACTS, CHROMIUM_FLAGS
 
     course, _, _, _ = graded
     page_path = course / "out1" / ASSIGNMENT / "index.html"
-    chromium = chromium_path()
-    if chromium is None:
-        pytest.skip("Chromium not found (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
+    p, chromium = playwright_chromium  # the session's one Playwright (tests/conftest.py)
     requests, errors = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-        context.route("**/*", lambda route: (requests.append(route.request.url),
-                                             route.continue_() if route.request.url.startswith(
-                                                 ("file://", "data:")) else route.abort()))
-        page = context.new_page()
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(page_path.as_uri(), wait_until="load")
-        images = page.eval_on_selector_all(
-            "img", "els => els.map(e => [e.complete, e.naturalWidth, e.alt])")
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "class-report.png"), full_page=True)
-        title = page.title()
-        browser.close()
+    browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+    context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: (requests.append(route.request.url),
+                                         route.continue_() if route.request.url.startswith(
+                                             ("file://", "data:")) else route.abort()))
+    page = context.new_page()
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_path.as_uri(), wait_until="load")
+    images = page.eval_on_selector_all(
+        "img", "els => els.map(e => [e.complete, e.naturalWidth, e.alt])")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "class-report.png"), full_page=True)
+    title = page.title()
+    browser.close()
     assert title == f"{ASSIGNMENT}: class report"
     assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
     assert len(images) == 3 and all(done and width > 300 for done, width, _ in images), images

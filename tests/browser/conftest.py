@@ -95,17 +95,9 @@ class Lab:
         raise TimeoutError(f"kernel of {notebook} never became idle")
 
 
-@pytest.fixture(scope="session")
-def playwright_chromium():
-    path = chromium_path()
-    if path is None:
-        _unavailable("Chromium not found (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        yield p, path
+# ``playwright_chromium`` (the session's one Playwright and the Chromium path) is in
+# tests/conftest.py: Playwright's sync API runs once per process, and tests outside this
+# folder (the class report's page) drive Chromium too.
 
 
 @pytest.fixture(scope="session")
