@@ -14,10 +14,12 @@ for a student version, whose Run All stops at the first unanswered question.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.browser
 
