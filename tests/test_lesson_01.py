@@ -9,6 +9,7 @@ written differently must pass, and an untouched answer is "not answered yet", ne
 from __future__ import annotations
 
 import ast
+import importlib
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from helpers import isolated_evaluate
 from autograder.encoding import encode
 
 A = "01_leaves"
+_lesson = importlib.import_module(f"autograder.lessons.l{A}").lesson
 
 
 def _ask(qid, answer, variant="visible", part=None):
@@ -63,14 +65,7 @@ def sorting_centres(t):
         todo.extend(nxt for nxt, _ in node.next_functions)
     return found
 """
-CENTRE = """\
-def tune_centre():
-    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    w = w * 1.0                      # "work on a copy, to be safe"
-    loss = (w ** 2).sum()
-    loss.backward()
-    return w
-"""
+CENTRE = _lesson["q10"].starter  # the program as the release gives it
 NO_EDGE = WALK.replace("    if t.grad_fn is None:\n        return [t] if t.requires_grad else []\n",
                        "").replace("[t.grad_fn]", "[n for n, _ in t.grad_fn.next_functions]")
 PARCELS = """\

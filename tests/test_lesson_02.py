@@ -9,6 +9,7 @@ written differently must pass, and an untouched answer is "not answered yet", ne
 from __future__ import annotations
 
 import ast
+import importlib
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from helpers import isolated_evaluate
 from autograder.encoding import encode
 
 A = "02_retain_grad"
+_lesson = importlib.import_module(f"autograder.lessons.l{A}").lesson
 
 
 def _ask(qid, answer, variant="visible", part=None):
@@ -81,16 +83,7 @@ def train_centre(steps=3):
         opt.step()
     return w
 """
-TWO = """\
-def audit_two_reports():
-    w = torch.tensor([1.0, 2.0], requires_grad=True)
-    station = w.exp()                      # exp saves its result for backward
-    speed = station.sum()
-    cost = (station * station).sum()
-    speed.backward()
-    cost.backward()
-    return w
-"""
+TWO = _lesson["q10"].starter  # the program as the release gives it
 
 # (question, answer, the misconception named, or None and a phrase the feedback says instead)
 WRONG = [

@@ -7,6 +7,8 @@ no belief the course names, that no label is given). Correct answers written dif
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from helpers import isolated_evaluate as evaluate
@@ -14,6 +16,7 @@ from helpers import isolated_evaluate as evaluate
 from autograder.encoding import encode
 
 A = "06_inplace"
+_lesson = importlib.import_module(f"autograder.lessons.l{A}").lesson
 NAMES = {"q7": "squash", "q8": "renormalise_", "q9": "forward_backward", "q10": "clipped_step"}
 
 
@@ -196,16 +199,7 @@ def test_q8_right_answers_written_differently_pass(body):
 
 # ---------------------------------------------------------------- Q9: forward_backward()
 
-BUGGY_SHIFT = """\
-def forward_backward():
-    w = torch.tensor([[0.5, -1.0], [2.0, 0.3]], requires_grad=True)
-    x = torch.tensor([1.0, 2.0])
-    act = (w @ x).sigmoid()
-    act += 0.1                       # shift the activation a little
-    loss = (act ** 2).sum()
-    loss.backward()
-    return w
-"""
+BUGGY_SHIFT = _lesson["q9"].starter  # the program as the release gives it
 SHIFT_LINE = "    act += 0.1                       # shift the activation a little\n"
 
 
