@@ -98,7 +98,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "when a tensor reaches the output by several routes, backward adds the gradients of "
         "all routes (a sorting centre gets reports from every line it feeds).",
         "01_leaves",
-        section="Seed 003's example, three ways",
+        section="The computation-graph article's example, three ways",
     ),
     "mean_grad_halved": Misconception(
         "copies a popular tutorial's printed x.grad for mean(2*x)",
@@ -243,7 +243,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "zero gradients (dead branches, x*0) are not None, and zero_grad() sets grads to None "
         "by default since torch 2.0, which raises false alarms.",
         "07_gradient_clinic",
-        section="1. The seed's alarm, and what it cannot hear",
+        section="1. The parcel-sorting article's alarm, and what it cannot hear",
     ),
     "detach_keeps_grad": Misconception(
         "thinks a detached tensor keeps its history",
@@ -291,14 +291,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "x + identity.detach() removes the skip path's gradient; only the product of the "
         "blocks' Jacobians is left, and in a deep stack the input gradient vanishes.",
         "03_detach",
-        section="Seed 001's residual block: the skip path that carries no gradient",
+        section="The kitchen article's residual block: the skip path that carries no gradient",
     ),
     "detach_in_loss_harmless": Misconception(
         "thinks detaching a feature inside a loss only protects the graph",
         "a term computed from feat.detach() sends no gradient to the layers that made feat: the "
         "auxiliary loss trains nothing (the five-scenarios article, scenario 2).",
         "03_detach",
-        section="Seed 004, scenario 2: an auxiliary loss that trains nothing",
+        section="The five-scenarios article's scenario 2: an auxiliary loss that trains nothing",
     ),
     "detach_activation_freezes_one": Misconception(
         "thinks detaching an activation freezes just one layer",
@@ -704,7 +704,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         "and a route that was never recorded gives None, never zeros. Ask "
         "torch.autograd.grad(..., allow_unused=True) and read the norm, not `is None`.",
         "07_gradient_clinic",
-        section="1. The seed's alarm, and what it cannot hear",
+        section="1. The parcel-sorting article's alarm, and what it cannot hear",
     ),
     "sigmoid_stack_healthy": Misconception(
         "thinks a deep stack passes its gradient back intact",

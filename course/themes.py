@@ -16,6 +16,12 @@ torch kept no record of, added from the recipe).
 
 The tensor-kind words match ``course.facts.ROLES`` (the tensor tables), which a
 test keeps in step.
+
+The other keys (:data:`CONCEPTS`) are the words the lessons' prose uses for the rest of
+autograd: the graph, where ``.grad`` is filed, what is saved for backward, the version
+counter, ``detach()``, copies, ``no_grad()``, and a gradient that is missing, zero or
+vanishing. ``tests/test_text.py`` fails on an analogy word in a notebook that this table
+lacks, and on the drifted synonyms it replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from __future__ import annotations
 THEMES = ("technical", "logistics", "kitchen")
 KINDS = ("parameter", "constant", "intermediate", "function")
 MARKS = ("retained", "hooked", "gradient", "step", "running", "waiting", "untracked")
+CONCEPTS = ("graph", "audit", "grad_store", "accumulate", "zero_grad", "saved", "version",
+            "inplace", "data_edit", "detached", "copy", "no_grad", "post_hook", "none_grad",
+            "zero", "vanishing")
 
 GLOSSARY: dict[str, dict[str, str]] = {
     "technical": {
@@ -39,6 +48,22 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "untracked": "input torch kept no record of",
         "backward": "backward()",
         "output": "output",
+        "graph": "computation graph",
+        "audit": "autograd",
+        "grad_store": ".grad attribute",
+        "accumulate": "gradients accumulate in .grad",
+        "zero_grad": "zero_grad() (sets .grad to None)",
+        "saved": "saved for backward",
+        "version": "version counter",
+        "inplace": "in-place operation",
+        "data_edit": "a write through .data",
+        "detached": "detach()",
+        "copy": "detach().clone()",
+        "no_grad": "no_grad() / inference_mode()",
+        "post_hook": "post-accumulate-grad hook",
+        "none_grad": "grad is None",
+        "zero": "a gradient of zero",
+        "vanishing": "a vanishing gradient",
     },
     "logistics": {
         "parameter": "sorting centre",
@@ -54,6 +79,22 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "untracked": "parcel handed over without a waybill",
         "backward": "trace reports back along the route",
         "output": "final delivery",
+        "graph": "route",
+        "audit": "the audit",
+        "grad_store": "the desk (.grad)",
+        "accumulate": "reports pile up on the desk",
+        "zero_grad": "clearing the desk (zero_grad)",
+        "saved": "photographed by the audit (saved for backward)",
+        "version": "seal count (version counter)",
+        "inplace": "repacking a parcel (in place)",
+        "data_edit": "repacking behind the audit's back (.data)",
+        "detached": "relabelled parcel with a new waybill (detach)",
+        "copy": "brand-new parcel with a copied label (clone)",
+        "no_grad": "monitoring switched off (no_grad)",
+        "post_hook": "probe behind the desk (post-accumulate hook)",
+        "none_grad": "no report on the desk (grad is None)",
+        "zero": "a report that says 0",
+        "vanishing": "a report that fades station by station",
     },
     "kitchen": {
         "parameter": "market ingredient",
@@ -69,6 +110,22 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "untracked": "added as is, no recipe record",
         "backward": "trace every ingredient back to its origin",
         "output": "finished dish",
+        "graph": "recipe",
+        "audit": "the taster",
+        "grad_store": "the origin label (.grad)",
+        "accumulate": "origin records pile up on the label",
+        "zero_grad": "wiping the origin label (zero_grad)",
+        "saved": "sampled by the taster (saved for backward)",
+        "version": "batch number on the jar (version counter)",
+        "inplace": "changing a sauce (in place)",
+        "data_edit": "scratching the batch number off the jar (.data)",
+        "detached": "vacuum-packed broth, no recipe history (detach)",
+        "copy": "broth re-made from scratch (clone)",
+        "no_grad": "cooking with the recipe notebook closed (no_grad)",
+        "post_hook": "tasting spoon at the origin label (post-accumulate hook)",
+        "none_grad": "an ingredient with no origin record (grad is None)",
+        "zero": "an ingredient in zero quantity",
+        "vanishing": "an ingredient diluted step by step",
     },
 }
 
