@@ -1,10 +1,10 @@
 """Interactive explorers of autograd graphs, with static twins (first used in lesson 01).
 
-``GraphExplorer("seed003")`` shows a scenario's graph and a table of its tensors;
+``GraphExplorer("basics")`` shows a scenario's graph and a table of its tensors;
 its controls change the live torch computation (``requires_grad`` of the inputs,
 ``detach()``, ``retain_grad()``, ``no_grad()``, a hook, ``backward()``, the theme)
 and every change re-runs the scenario with real torch and redraws.
-``BackwardStepper("seed003")`` walks through ``backward()`` one backward function
+``BackwardStepper("basics")`` walks through ``backward()`` one backward function
 at a time, in the order torch itself ran them (recorded with ``Node`` pre-hooks
 and hooks), showing which gradient arrives where and which ones are stored.
 
@@ -66,7 +66,7 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("seed003", "e = (a + b) * (a * b)", (
+    Scenario("basics", "e = (a + b) * (a * b)", (
         Step("a", "torch.tensor(2.0)", "input", True),
         Step("b", "torch.tensor(3.0)", "input", True),
         Step("c", "a + b"),
@@ -355,12 +355,12 @@ class _Twin:
 class GraphExplorer(_Twin):
     """A scenario's live graph and tensor table, with controls that change the computation.
 
-    ``GraphExplorer("seed003", theme="logistics")``; scenarios: ``SCENARIOS`` keys or a
+    ``GraphExplorer("basics", theme="logistics")``; scenarios: ``SCENARIOS`` keys or a
     :class:`Scenario`. Python can drive it like the learner does, e.g.
     ``ex.controls["requires_grad"]["a"].value = False`` or ``ex.set(backward=True)``.
     """
 
-    def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
+    def __init__(self, scenario: Scenario | str = "basics", theme: str = "logistics",
                  dpi: int | None = None):
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.theme = themes.check_theme(theme)
@@ -564,11 +564,11 @@ def _clone(x):
 class BackwardStepper(_Twin):
     """Step through ``backward()`` one backward function at a time, in torch's own order.
 
-    ``BackwardStepper("seed003", theme="logistics")``; ``.next()`` / ``.prev()`` from
+    ``BackwardStepper("basics", theme="logistics")``; ``.next()`` / ``.prev()`` from
     Python, or the buttons. ``.events`` holds what torch reported.
     """
 
-    def __init__(self, scenario: Scenario | str = "seed003", theme: str = "logistics",
+    def __init__(self, scenario: Scenario | str = "basics", theme: str = "logistics",
                  controls: Controls | None = None, dpi: int | None = None):
         from course.draw import figure_size
 

@@ -18,7 +18,7 @@ from course.draw import draw_graph, graph_layout, render_png  # noqa: E402
 from course.graph import build_graph  # noqa: E402
 
 
-def seed003_after_backward():
+def basics_after_backward():
     a = torch.tensor(2.0, requires_grad=True)
     b = torch.tensor(3.0, requires_grad=True)
     k = torch.tensor(1.5)  # an ordinary parcel, saved by MulBackward0
@@ -39,7 +39,7 @@ def legend_texts(fig) -> list[str]:
 
 @pytest.mark.parametrize("theme", themes.THEMES)
 def test_legend_uses_the_theme_words(theme):
-    fig = draw_graph(seed003_after_backward(), theme=theme)
+    fig = draw_graph(basics_after_backward(), theme=theme)
     try:
         texts = legend_texts(fig)
         for key in ("parameter", "constant", "intermediate", "function", "retained", "hooked"):
@@ -76,7 +76,7 @@ def test_each_kind_looks_different(theme):
 
 
 def test_grads_and_marks_are_drawn():
-    fig = draw_graph(seed003_after_backward(), theme="technical", title="seed 003")
+    fig = draw_graph(basics_after_backward(), theme="technical", title="e = (a + b) * (a * b)")
     try:
         texts = [t.get_text() for t in fig.axes[0].texts]
         assert "grad 31.5" in texts and "grad 9" in texts  # a.grad and retained c.grad (x1.5)
@@ -88,7 +88,7 @@ def test_grads_and_marks_are_drawn():
 
 
 def test_layout_is_left_to_right():
-    g = seed003_after_backward()
+    g = basics_after_backward()
     grid = graph_layout(g)
     assert grid["a"][0] < grid["accumulate(a)"][0] < grid["c"][0] < grid["e"][0]
     assert grid["e"][0] == max(c for c, _ in grid.values())
@@ -122,13 +122,13 @@ def test_sixty_node_graph_renders_readably():
 
 def test_no_figures_leak():
     before = set(plt.get_fignums())
-    render_png(seed003_after_backward(), "logistics")
+    render_png(basics_after_backward(), "logistics")
     assert set(plt.get_fignums()) == before
-    fig = draw_graph(seed003_after_backward())
+    fig = draw_graph(basics_after_backward())
     assert set(plt.get_fignums()) == before | {fig.number}
     plt.close(fig)
     _, ax = plt.subplots()
-    assert draw_graph(seed003_after_backward(), ax=ax) is ax.figure
+    assert draw_graph(basics_after_backward(), ax=ax) is ax.figure
     plt.close(ax.figure)
 
 
@@ -144,7 +144,7 @@ def test_draw_graph_accepts_tensors():
 
 
 def test_png_cache_keys_on_what_is_shown():
-    g = seed003_after_backward()
+    g = basics_after_backward()
     first = render_png(g, "logistics", title="t")
     assert render_png(g, "logistics", title="t") is first  # same picture: cached
     g.nodes["a"]["grad"] = g.nodes["a"]["grad"] * 2
@@ -174,11 +174,11 @@ def test_stamped_png_looks_like_matplotlib_drawing(theme):
 
     from course import draw
 
-    g = seed003_after_backward()
+    g = basics_after_backward()
     draw._PNG_CACHE.clear()
     png = np.asarray(Image.open(io.BytesIO(
-        render_png(g, theme, title="seed 003", dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
-    plain = plain_matplotlib_pixels(g, theme, "seed 003")[..., :3]  # the PNG is opaque
+        render_png(g, theme, title="e = (a + b) * (a * b)", dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
+    plain = plain_matplotlib_pixels(g, theme, "e = (a + b) * (a * b)")[..., :3]  # the PNG is opaque
     assert png.shape == plain.shape
     # The same pictures, at most a pixel apart (stamps sit on whole pixels; glyphs are placed
     # to a quarter pixel, lines rounded to whole pixels): each pixel is compared with the
@@ -195,13 +195,13 @@ def test_stamped_png_looks_like_matplotlib_drawing(theme):
     blocks = near[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3), dtype=np.float32)
     assert blocks.mean() < 1.0 and blocks.max() < 96, (blocks.mean(), blocks.max())
     assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.15
-    assert plain_matplotlib_pixels(g, theme, "seed 003")[..., 3].min() == 255  # nothing lost
+    assert plain_matplotlib_pixels(g, theme, "e = (a + b) * (a * b)")[..., 3].min() == 255  # nothing lost
 
 
 def test_cached_pictures_are_reused_and_new_states_differ():
     from course import draw
 
-    g = seed003_after_backward()
+    g = basics_after_backward()
     draw._PNG_CACHE.clear()
     draw._STAMPS.clear()
     first = render_png(g, "logistics", title="t")
@@ -223,7 +223,7 @@ def test_render_png_draws_an_opaque_page_at_its_dpi_without_a_figure():
 
     from course import draw
 
-    g = seed003_after_backward()
+    g = basics_after_backward()
     draw._PNG_CACHE.clear()
     img = Image.open(io.BytesIO(render_png(g, "kitchen", dpi=100)))
     assert round(img.info["dpi"][0]) == 100 and img.mode == "RGBA"
@@ -243,7 +243,7 @@ def test_render_png_draws_an_opaque_page_at_its_dpi_without_a_figure():
 def test_layout_is_cached_by_structure():
     from course import draw
 
-    g = seed003_after_backward()
+    g = basics_after_backward()
     draw._LAYOUTS.clear()
     grid = graph_layout(g)
     assert len(draw._LAYOUTS) == 1
@@ -261,7 +261,7 @@ def test_static_figure_shows_in_jupyter_as_a_2x_png_at_1x_width():
     from course import draw
 
     shell = InteractiveShell.instance()
-    fig = draw_graph(seed003_after_backward(), theme="kitchen", title="seed 003")
+    fig = draw_graph(basics_after_backward(), theme="kitchen", title="e = (a + b) * (a * b)")
     try:
         data, meta = shell.display_formatter.format(fig)
         png = base64.b64decode(data["image/png"])
@@ -297,7 +297,7 @@ def test_labels_sit_inside_their_shapes_and_step_numbers_clear_of_borders(theme)
 
     from course import draw
 
-    for g in (seed003_after_backward(), stepper_graph(2), deep_graph(2)):
+    for g in (basics_after_backward(), stepper_graph(2), deep_graph(2)):
         fig = draw_graph(g, theme=theme, title="t")
         try:
             renderer = fig.canvas.get_renderer()
@@ -347,6 +347,6 @@ def test_legend_lists_exactly_what_is_drawn():
 def test_nodes_use_the_glossary_words(theme):
     from course import draw
 
-    for _, d in seed003_after_backward().nodes(data=True):
+    for _, d in basics_after_backward().nodes(data=True):
         if d["kind"] != "function":
             assert draw._label(d, theme).split("\n")[1] == themes.term(theme, d["kind"])

@@ -13,7 +13,7 @@ from torch import nn
 from course.graph import build_graph, op_name, tensor_names
 
 
-def seed003():
+def basics():
     a = torch.tensor(2.0, requires_grad=True)
     b = torch.tensor(3.0, requires_grad=True)
     c = a + b
@@ -47,8 +47,8 @@ def assert_edges_match_next_functions(g):
             assert got == expected, n
 
 
-def test_seed003_kinds_names_and_edges():
-    t = seed003()
+def test_basics_kinds_names_and_edges():
+    t = basics()
     g = build_graph(t["e"], namespace=t)
     kinds = {n: g.nodes[n]["kind"] for n in "abcde"}
     assert kinds == {"a": "parameter", "b": "parameter", "c": "intermediate",
@@ -71,8 +71,8 @@ def test_seed003_kinds_names_and_edges():
     assert not any("0x" in str(n) for n in g.nodes)  # never memory addresses
 
 
-def test_seed003_grads_after_backward_equal_torch_and_read_quietly():
-    t = seed003()
+def test_basics_grads_after_backward_equal_torch_and_read_quietly():
+    t = basics()
     t["c"].retain_grad()
     t["d"].register_hook(lambda grad: None)
     t["e"].backward()

@@ -148,7 +148,7 @@ def notebook_figures() -> dict[str, list[tuple[str, object]]]:
             return plt.figure()
 
         def recorder(kind, _calls=calls):
-            def record(scenario="seed003", *args, **kwargs):
+            def record(scenario="basics", *args, **kwargs):
                 if isinstance(scenario, str):
                     scenario = widgets_module.SCENARIOS[scenario]
                 _calls.append((kind, scenario))

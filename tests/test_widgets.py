@@ -30,7 +30,7 @@ def kinds(graph) -> dict:
 
 
 def test_builtin_scenarios_run():
-    assert {"seed003", "kitchen", "parcel", "sequential"} <= set(SCENARIOS)
+    assert {"basics", "kitchen", "parcel", "sequential"} <= set(SCENARIOS)
     for name in SCENARIOS:
         run = run_scenario(name, Controls(backward=True))
         assert run.output.requires_grad and not run.messages, name
@@ -58,7 +58,7 @@ def test_a_module_input_is_drawn_into_the_first_layer_before_and_after_backward(
 
 
 def test_toggling_requires_grad_changes_model_and_picture():
-    ex = GraphExplorer("seed003", theme="logistics")
+    ex = GraphExplorer("basics", theme="logistics")
     png, table = ex.png, ex.controls["requires_grad"]["a"]
     assert kinds(ex.run.graph)["a"] == "parameter"
     table_before = ex.table.value
@@ -71,7 +71,7 @@ def test_toggling_requires_grad_changes_model_and_picture():
 
 
 def test_backward_button_fills_grads_like_torch():
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     ex.controls["backward"].value = True
     assert ex.run.tensors["a"].grad.item() == 21.0
     assert ex.run.graph.nodes["a"]["grad"].item() == 21.0
@@ -79,7 +79,7 @@ def test_backward_button_fills_grads_like_torch():
 
 
 def test_detach_no_grad_retain_and_hook_controls():
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     ex.controls["detach"].value = "c"
     ex.controls["backward"].value = True
     assert kinds(ex.run.graph)["c"] == "constant"
@@ -100,7 +100,7 @@ def test_detach_no_grad_retain_and_hook_controls():
 
 
 def test_torch_errors_become_messages():
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     ex.set(requires_grad={"a": False, "b": False}, backward=True)
     assert "does not require grad" in ex.status()
     ex.set(hook="a")  # a hook on a tensor that does not require grad
@@ -125,7 +125,7 @@ def test_kitchen_messages_use_kitchen_words():
 def test_controls_are_checkboxes_as_the_lessons_say_tick():
     import ipywidgets as w
 
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     assert all(isinstance(c, w.Checkbox) for c in ex.controls["requires_grad"].values())
     assert isinstance(ex.controls["backward"], w.Checkbox)
 
@@ -140,7 +140,7 @@ def test_picture_keeps_its_size_while_clicking():
     def size(png):
         return Image.open(io.BytesIO(png)).size
 
-    ex = GraphExplorer("seed003", theme="logistics")
+    ex = GraphExplorer("basics", theme="logistics")
     first = size(ex.png)
     for change in ({"requires_grad": {"a": False}}, {"backward": True}, {"detach": "c"},
                    {"no_grad": "d"}, {"retain": "c"}, {"hook": "d"},
@@ -177,12 +177,12 @@ def test_figure_output_holds_exactly_one_png():
 
 
 def test_dom_hooks_for_the_browser():
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     assert "graph-explorer" in ex.widget._dom_classes
     assert "ge-requires-grad-a" in ex.controls["requires_grad"]["a"]._dom_classes
     assert "ge-backward" in ex.controls["backward"]._dom_classes
     assert "ge-table" in ex.table._dom_classes and "ge-figure" in ex.figure_out._dom_classes
-    bs = BackwardStepper("seed003")
+    bs = BackwardStepper("basics")
     assert "bs-next" in bs.buttons["next"]._dom_classes
 
 
@@ -201,7 +201,7 @@ def torch_order(scenario):
     return order, run
 
 
-@pytest.mark.parametrize("scenario", ["seed003", "kitchen", "parcel", "sequential"])
+@pytest.mark.parametrize("scenario", ["basics", "kitchen", "parcel", "sequential"])
 def test_stepper_order_is_torchs(scenario):
     bs = BackwardStepper(scenario)
     order, run = torch_order(scenario)
@@ -214,7 +214,7 @@ def test_stepper_order_is_torchs(scenario):
 
 
 def test_stepper_steps_show_arrivals_and_storage():
-    bs = BackwardStepper("seed003", theme="logistics")
+    bs = BackwardStepper("basics", theme="logistics")
     assert bs.order == ["mul", "mul_1", "add", "accumulate(a)", "accumulate(b)"]
     first = bs.png
     bs.buttons["next"].click()
@@ -230,7 +230,7 @@ def test_stepper_steps_show_arrivals_and_storage():
 
 
 def test_stepper_with_retain_grad_stores_the_transit_gradient():
-    bs = BackwardStepper("seed003", controls=Controls(retain="c"))
+    bs = BackwardStepper("basics", controls=Controls(retain="c"))
     (add,) = [e for e in bs.events if e.node == "add"]
     assert add.stored_in == "c" and bs.graph.nodes["c"]["grad"].item() == 6.0
 
@@ -252,7 +252,7 @@ def test_static_mode_under_nbgrader(monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert widgets.static_mode()
     InteractiveShell.instance()
-    ex = GraphExplorer("seed003")
+    ex = GraphExplorer("basics")
     assert ex.widget is None  # no widgets built for autograding
     with capture_output() as captured:
         ex._ipython_display_()

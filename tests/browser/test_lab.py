@@ -39,7 +39,7 @@ NOTEBOOKS = [
 ]
 
 GENERATED_CELLS = [
-    "import course.widgets as cw\nexplorer = cw.GraphExplorer('seed003', theme='logistics')\n"
+    "import course.widgets as cw\nexplorer = cw.GraphExplorer('basics', theme='logistics')\n"
     "explorer",
     "stepper = cw.BackwardStepper('kitchen', theme='kitchen')\nstepper",
 ]
@@ -194,7 +194,7 @@ def click_explorer(page) -> None:
 
 
 def expected_b_grad() -> str:
-    """b.grad of seed003 with a.requires_grad off, as torch computes it (the table's text)."""
+    """b.grad of the basics scenario with a.requires_grad off, as torch computes it (the table's text)."""
     import torch
 
     a, b = torch.tensor(2.0), torch.tensor(3.0, requires_grad=True)
