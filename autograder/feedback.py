@@ -14,15 +14,13 @@ is named under it, with where the course teaches the correction.
 from __future__ import annotations
 
 import html as _html
-import re
 
 from autograder.verdict import MIME_TYPE, RIGHT, TODO, WRONG, Verdict
+from course.markup import plain, rich
 
 MARK = {RIGHT: "\u2713", WRONG: "\u2717", TODO: "\u2026"}
 COLOUR = {RIGHT: "#1a7f37", WRONG: "#b3261e", TODO: "#6e5600"}
 WORD = {RIGHT: "right", WRONG: "wrong", TODO: "not answered yet"}
-
-_CODE = re.compile(r"`([^`]+)`")
 
 
 def label(verdict: Verdict) -> str:
@@ -30,20 +28,6 @@ def label(verdict: Verdict) -> str:
     qid = verdict.question
     name = f"Q{qid[1:]}" if qid[:1] == "q" and qid[1:].isdigit() else qid
     return name if verdict.part is None else f"{name} ({verdict.part})"
-
-
-def _plain(s: str) -> str:
-    return _CODE.sub(r"\1", s)
-
-
-def _rich(s: str) -> str:
-    out, last = [], 0
-    for m in _CODE.finditer(s):
-        out.append(_html.escape(s[last:m.start()]))
-        out.append(f"<code>{_html.escape(m.group(1))}</code>")
-        last = m.end()
-    out.append(_html.escape(s[last:]))
-    return "".join(out)
 
 
 def summary(verdict: Verdict) -> str:
@@ -97,11 +81,11 @@ def text(verdict: Verdict) -> str:
     """Plain-text feedback: the headline, then one marked line per finding."""
     lines = [headline(verdict)]
     for f in _distinct(verdict):
-        lines.append(f"  {MARK[f.status]} {_plain(f.text)}")
+        lines.append(f"  {MARK[f.status]} {plain(f.text)}")
         if f.misconception:
             name, where = _misconception(f.misconception)
-            lines.append(f"      This looks like a common belief: {_plain(name)}"
-                         + (f" (see {_plain(where)})." if where else "."))
+            lines.append(f"      This looks like a common belief: {plain(name)}"
+                         + (f" (see {plain(where)})." if where else "."))
     return "\n".join(lines)
 
 
@@ -115,12 +99,12 @@ def html(verdict: Verdict) -> str:
         if f.misconception:
             name, where = _misconception(f.misconception)
             myth = ('<div style="color:#444;font-style:italic;margin-left:1.4em">'
-                    f"This looks like a common belief: {_rich(name)}"
-                    + (f" (see {_rich(where)})" if where else "") + ".</div>")
+                    f"This looks like a common belief: {rich(name)}"
+                    + (f" (see {rich(where)})" if where else "") + ".</div>")
         rows.append(
             f'<li style="margin:0.15em 0"><span style="color:{COLOUR[f.status]};'
             f'font-weight:bold" title="{WORD[f.status]}">{MARK[f.status]}</span> '
-            f"{_rich(f.text)}{myth}</li>")
+            f"{rich(f.text)}{myth}</li>")
     return (f'<div class="autograder-feedback">{head}'
             f'<ul style="list-style:none;padding-left:1em;margin:0.2em 0">{"".join(rows)}</ul>'
             "</div>")

@@ -9,8 +9,8 @@ why, pointing to the lesson that covers each finding::
     report.ok                                            # True when there is nothing to look at
     report.plot()                                        # gradient norm per layer (log scale)
 
-It replaces the naive check of seeds 000/001 (``if param.grad is None: print("no gradient")``),
-which misses zero gradients (a branch multiplied by 0, a dead ReLU) and, since torch 2.0's
+It replaces the naive check that the parcel-sorting and kitchen articles teach
+(``if param.grad is None: print("no gradient")``), which misses zero gradients (a branch multiplied by 0, a dead ReLU) and, since torch 2.0's
 ``zero_grad(set_to_none=True)``, raises false alarms right after ``optimizer.zero_grad()``.
 
 What it does, and what it does not touch:
@@ -54,6 +54,8 @@ import textwrap
 from dataclasses import dataclass, field
 
 import torch
+
+from course.markup import plain, rich
 
 __all__ = ["diagnose", "Report", "Finding", "ParamRow", "LESSONS", "STATUSES"]
 
@@ -257,7 +259,7 @@ class Finding:
 
     def __str__(self) -> str:
         who = self.param if self.param is not None else "(graph)"
-        return f"[{self.status}] {who}: {self.detail} (lesson {self.lesson})"
+        return f"[{self.status}] {who}: {plain(self.detail)} (lesson {self.lesson})"
 
 
 @dataclass
@@ -335,9 +337,9 @@ class Report:
             f = group[0]
             lines += textwrap.wrap(f"! [{f.status}] {_who(group)}  -> lesson {f.lesson}", 100,
                                    subsequent_indent="  ", break_on_hyphens=False)
-            lines += textwrap.wrap(f.detail, 96, initial_indent="    ", subsequent_indent="    ")
+            lines += textwrap.wrap(plain(f.detail), 96, initial_indent="    ", subsequent_indent="    ")
         for note in self.notes:
-            lines += textwrap.wrap(note, 96, initial_indent="note: ", subsequent_indent="      ")
+            lines += textwrap.wrap(plain(note), 96, initial_indent="note: ", subsequent_indent="      ")
         lines.append("")
         lines += _text_table(self.per_parameter)
         return "\n".join(lines)
@@ -355,11 +357,11 @@ class Report:
             for group in _grouped(self.findings):
                 f = group[0]
                 parts.append(f"<li><b>[{esc(f.status)}]</b> <code>{esc(_who(group))}</code> "
-                             f"&rarr; lesson <code>{esc(f.lesson)}</code><br>{esc(f.detail)}"
+                             f"&rarr; lesson <code>{esc(f.lesson)}</code><br>{rich(f.detail)}"
                              "</li>")
             parts.append("</ul>")
         for note in self.notes:
-            parts.append(f"<p><i>note:</i> {esc(note)}</p>")
+            parts.append(f"<p><i>note:</i> {rich(note)}</p>")
         head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
         body = "".join(
             "<tr>" + "".join(f"<td>{esc(v)}</td>" for v in _cells(r)) + "</tr>"

@@ -405,6 +405,17 @@ def test_text_and_html_reports_name_the_parameter_and_the_lesson():
     assert "No problems found" in repr(diagnose(healthy, F.cross_entropy(healthy(x), y)))
 
 
+@pytest.mark.parametrize("theme", ["technical", "logistics", "kitchen"])
+def test_reports_show_code_as_code_never_as_backticks(theme):
+    """The findings are written with `code` spans; a reader sees code, not the backticks."""
+    model, (x, y) = ThreeLayers("no_grad"), batch()
+    report = diagnose(model, step=lambda: F.cross_entropy(model(x), y), theme=theme)
+    assert any("`" in f.detail for f in report.findings)      # the spans are there to render
+    assert "`" not in repr(report) and "`" not in str(report.findings[0])
+    page = report._repr_html_()
+    assert "`" not in page and "<code>l1.weight</code>" in page
+
+
 def test_every_status_has_a_lesson_from_the_course():
     course_lessons = {"01_leaves", "02_retain_grad", "03_detach", "04_hooks", "05_no_grad",
                       "06_inplace", "07_gradient_clinic"}
