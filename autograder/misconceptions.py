@@ -2,8 +2,8 @@
 
 Feedback names the misconception a wrong answer reveals, so a learner reads
 "thinks leaf means trainable" instead of "assertion failed". Keys are stable:
-lessons and tests refer to them. The numbers in ``myth`` point at the list of
-seed errors in the course brief (shared/COURSE.md).
+lessons and tests refer to them. Each carries its correction and the section of the
+lesson that teaches it (a test checks that the heading exists).
 """
 
 from __future__ import annotations

@@ -120,8 +120,9 @@ class Run:
 
 
 def static_mode() -> bool:
-    """True when widgets cannot be live: nbgrader autograding or no ipywidgets."""
-    if os.environ.get("NBGRADER_EXECUTION"):
+    """True when widgets cannot be live: nbgrader autograding, the course site's build
+    (``COURSE_STATIC``, set by ``course.static_states.enable``) or no ipywidgets."""
+    if os.environ.get("NBGRADER_EXECUTION") or os.environ.get("COURSE_STATIC"):
         return True
     try:
         import ipywidgets  # noqa: F401
@@ -166,7 +167,7 @@ def run_scenario(scenario: Scenario | str, controls: Controls | None = None) -> 
 
     scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     controls = controls or Controls()
-    # the CPU generator only: torch.manual_seed also seeds every lazily initialised device
+    # the CPU generator only: torch.manual_seed also sets the random seed of every lazily initialised device
     # (CUDA, XPU, MTIA), each formatting a stack trace, about 1 ms a run
     torch.random.default_generator.manual_seed(scenario.seed)
     env: dict = {}
