@@ -354,7 +354,7 @@ stranger_before = stranger.detach().clone()
 version_before = net_a.weight._version
 opt_a.step()                         # the usual way
 with torch.no_grad():
-    opt_b.step()                     # what seed 004 says not to do
+    opt_b.step()                     # what the five-scenarios article says not to do
 """
 
 
