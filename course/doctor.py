@@ -155,9 +155,10 @@ _TEXT: dict[str, dict[str, str]] = {
     },
     "zero": {
         "technical": "The loss reaches `{name}`, but its gradient is exactly zero everywhere "
-        "(|grad| <= {thr:g}): every path back multiplies it by 0 -- a branch multiplied by 0, "
-        "a dead ReLU whose inputs are all negative, a mask that is always off, a step function "
-        "(round(), floor(), sign()) that is recorded with slope 0. A check that only tests "
+        "(|grad| <= {thr:g}): every path back multiplies it by 0. Typical causes: a branch "
+        "multiplied by 0, a dead ReLU whose inputs are all negative, a mask that is always "
+        "off, a step function such as round(), floor() or sign(), recorded with slope 0. A "
+        "check that only tests "
         "`grad is None` misses this.{extra}",
         "logistics": "The route exists, but every report that reaches this sorting centre says "
         "0: nothing it does changes the delivery, as if the road behind it were closed.",
