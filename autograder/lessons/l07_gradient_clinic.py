@@ -136,7 +136,7 @@ class Router(nn.Module):
     def forward(self, x):
         return self.main(x) + self.side(x) * 0.0    # the side route is switched off
 
-def check_grad_flow(model):                         # seed 000's alarm
+def check_grad_flow(model):                         # the parcel-sorting article's alarm
     return [name for name, p in model.named_parameters() if p.grad is None]
 
 router = Router()
@@ -221,7 +221,7 @@ with torch.no_grad():
 w = torch.tensor([1.0, -1.0], requires_grad=True)
 opt = torch.optim.SGD([w], lr=0.5)
 (w * w).sum().backward()          # w.grad = 2 * w
-with torch.no_grad():             # seed 004: "step() in the wrong place"
+with torch.no_grad():             # a tutorial: "step() in the wrong place"
     opt.step()
 """
 
@@ -290,7 +290,7 @@ class Q2Loud(Predict):
 
 
 BRANCH = """\
-def tricky_forward(x, flag):      # seed 004, scenario 5
+def tricky_forward(x, flag):      # the five-scenarios article, scenario 5
     if flag:
         y = x * 2
     else:
@@ -353,7 +353,7 @@ def first_over_last(act, skip, depth=12, width=16):
         if skip == "kept":
             h = h + out                # residual block
         elif skip == "detached":
-            h = h.detach() + out       # seed 001's identity.detach()
+            h = h.detach() + out       # the kitchen article's identity.detach()
         else:
             h = out                    # plain stack
     h.sum().backward()
@@ -1029,7 +1029,7 @@ def train(model, x, y, steps=30):
             h = torch.tanh(model.embed(x))
         loss = F.mse_loss(model.head(h), y)
         loss.backward()
-        with torch.no_grad():                # seed 004: "step() here is the wrong place"
+        with torch.no_grad():                # a tutorial: "step() here is the wrong place"
             opt.step()
         losses.append(loss.item())
     return losses
