@@ -219,9 +219,9 @@ class Q4Switches(Predict):
 
 FREEZE = """\
 model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
-model[0].weight.detach()               # "freeze" attempt 1 (seed 004)
+model[0].weight.detach()               # "freeze" attempt 1 (the five-scenarios article)
 model[0].bias.requires_grad_(False)    # freeze attempt 2
-model[1].weight.detach_()              # seed 001's loop body
+model[1].weight.detach_()              # the kitchen article's loop body
 loss = model(torch.ones(2, 3)).sum()
 loss.backward()
 """
@@ -263,7 +263,7 @@ h.backward()
 x2 = torch.tensor(1.0, requires_grad=True)
 g = x2
 for _ in range(3):
-    g = w * g + g.detach()        # seed 001's block: identity.detach()
+    g = w * g + g.detach()        # the kitchen article's block: identity.detach()
 g.backward()
 """
 
@@ -568,7 +568,7 @@ class Q8FreezeLayer(WriteCode):
 
 
 def _loss_cases(variant: str) -> dict[str, tuple]:
-    """name -> (seed, mid layer, head, batch size, outputs)."""
+    """name -> (random seed, mid layer, head, batch size, inputs, outputs)."""
     from torch import nn
 
     cases = {"with a batch of 6": (20, lambda: nn.Linear(4, 3), lambda: nn.Linear(3, 1), 6, 4, 1)}
@@ -771,7 +771,7 @@ def resnet_block(x, conv1, conv2, training=True):
 
 
 def _gan_cases(variant: str) -> dict[str, tuple]:
-    """name -> (seed, G, D, noise size, batch)."""
+    """name -> (random seed, G, D, noise size, batch)."""
     from torch import nn
 
     cases = {"with linear `G` and `D`": (30, lambda: nn.Linear(2, 3), lambda: nn.Linear(3, 1),
