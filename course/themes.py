@@ -22,6 +22,14 @@ autograd: the graph, where ``.grad`` is filed, what is saved for backward, the v
 counter, ``detach()``, copies, ``no_grad()``, and a gradient that is missing, zero or
 vanishing. ``tests/test_text.py`` fails on an analogy word in a notebook that this table
 lacks, and on the drifted synonyms it replaced.
+
+:data:`GLOSSARY_ZH` and :data:`MESSAGES_ZH` are the same two tables in the words of the
+Simplified Chinese edition (zh-CN): the analogies in the source articles' own Chinese (快递分拣,
+厨房料理), the technical words those of the official Chinese PyTorch docs and d2l-zh (叶子节点,
+计算图, 梯度, 反向传播), API names kept in ASCII as in the English values. Every theme and key of
+:data:`GLOSSARY_ZH` must match :data:`GLOSSARY`, and every theme, key and placeholder
+(``{name}``, ``{output}``, ``{grad}``) of :data:`MESSAGES_ZH` must match :data:`MESSAGES`;
+``translations/zh_CN/README.md`` (the translators' guide) takes its term table from them.
 """
 
 from __future__ import annotations
@@ -166,6 +174,130 @@ MESSAGES: dict[str, dict[str, str]] = {
         "no_retain": "A cold-chain warehouse (retain_grad) needs a recipe step that is "
                      "recorded: {name} is bottled sauce, used as is.",
         "hook_saw": "tasting spoon (hook) on {name} tasted the origin record (gradient) {grad}",
+    },
+}
+
+# The zh-CN edition's words: the same themes and keys as GLOSSARY. Node labels (the four kinds)
+# are drawn inside graph nodes, so they stay short; full-width punctuation, API names in ASCII.
+GLOSSARY_ZH: dict[str, dict[str, str]] = {
+    "technical": {
+        "parameter": "叶子张量，需要梯度",
+        "constant": "叶子张量，无需梯度",
+        "intermediate": "非叶子张量",
+        "function": "反向函数（grad_fn）",
+        "retained": "retain_grad()",
+        "hooked": "张量钩子",
+        "gradient": ".grad / 梯度",
+        "step": "#n：反向传播执行的顺序",
+        "running": "正在执行的反向函数",
+        "waiting": "尚未执行",
+        "untracked": "torch未记录的输入",
+        "backward": "backward()",
+        "output": "输出",
+        "graph": "计算图",
+        "audit": "自动微分（autograd）",
+        "grad_store": ".grad属性",
+        "accumulate": "梯度在.grad中累加",
+        "zero_grad": "zero_grad()（把.grad设为None）",
+        "saved": "为反向传播保存",
+        "version": "版本计数器",
+        "inplace": "原地操作",
+        "data_edit": "通过.data写入",
+        "detached": "detach()",
+        "copy": "detach().clone()",
+        "no_grad": "no_grad() / inference_mode()",
+        "post_hook": "梯度累加后钩子",
+        "none_grad": "grad is None",
+        "zero": "为零的梯度",
+        "vanishing": "梯度消失",
+    },
+    "logistics": {
+        "parameter": "分拣中心",
+        "constant": "普通包裹",
+        "intermediate": "临时中转站",
+        "function": "分拣规则（grad_fn）",
+        "retained": "临时监控（retain_grad）",
+        "hooked": "质检探头（hook）",
+        "gradient": "效率报告（梯度）",
+        "step": "#n：报告送回的顺序",
+        "running": "正在回溯报告的规则",
+        "waiting": "报告尚未送回",
+        "untracked": "无运单交接的包裹",
+        "backward": "沿路线反向追踪效率报告",
+        "output": "送达收件人",
+        "graph": "运输路线",
+        "audit": "物流审计",
+        "grad_store": "归档台（.grad）",
+        "accumulate": "报告在归档台上越堆越多",
+        "zero_grad": "清空归档台（zero_grad）",
+        "saved": "审计拍照留存（为反向传播保存）",
+        "version": "封签计数（版本计数器）",
+        "inplace": "重新打包（原地操作）",
+        "data_edit": "背着审计重新打包（.data）",
+        "detached": "重新贴标、换了新运单的包裹（detach）",
+        "copy": "照抄标签的全新包裹（clone）",
+        "no_grad": "关闭中转站监控（no_grad）",
+        "post_hook": "归档台后的质检探头（累加后钩子）",
+        "none_grad": "归档台上没有报告（grad is None）",
+        "zero": "写着0的报告",
+        "vanishing": "逐站衰减的报告",
+    },
+    "kitchen": {
+        "parameter": "市场采购的食材",
+        "constant": "瓶装酱料",
+        "intermediate": "半成品",
+        "function": "菜谱步骤（grad_fn）",
+        "retained": "冷链仓库（retain_grad）",
+        "hooked": "试味勺（hook）",
+        "gradient": "溯源记录（梯度）",
+        "step": "#n：溯源的顺序",
+        "running": "正在溯源的菜谱步骤",
+        "waiting": "尚未溯源",
+        "untracked": "直接加入，无菜谱记录",
+        "backward": "把每样食材溯源到原产地",
+        "output": "成品菜",
+        "graph": "菜谱",
+        "audit": "试味员",
+        "grad_store": "产地标签（.grad）",
+        "accumulate": "溯源记录在产地标签上越积越多",
+        "zero_grad": "擦掉产地标签（zero_grad）",
+        "saved": "试味员留样（为反向传播保存）",
+        "version": "瓶上的批号（版本计数器）",
+        "inplace": "改动酱料（原地操作）",
+        "data_edit": "刮掉瓶上的批号（.data）",
+        "detached": "真空包装的高汤，无菜谱历史（detach）",
+        "copy": "从头重新调制的高汤（clone）",
+        "no_grad": "合上菜谱本做菜（no_grad）",
+        "post_hook": "产地标签旁的试味勺（累加后钩子）",
+        "none_grad": "没有溯源记录的食材（grad is None）",
+        "zero": "用量为零的食材",
+        "vanishing": "一步步被稀释的食材",
+    },
+}
+
+# The explorers' messages in the zh-CN edition: the same themes, keys and placeholders as MESSAGES.
+MESSAGES_ZH: dict[str, dict[str, str]] = {
+    "technical": {
+        "no_backward": "无法反向传播：{output}不需要梯度（没有需要梯度的输入经由记录下来的运算"
+                       "到达它）。",
+        "no_hook": "{name}不需要梯度：torch不会为它计算梯度，所以无法注册张量钩子。",
+        "no_retain": "{name}不需要梯度：没有可保留的梯度。",
+        "hook_saw": "{name}上的张量钩子看到了梯度：{grad}",
+    },
+    "logistics": {
+        "no_backward": "没有报告可回溯：没有一条受审计的路线通往{output}（它的输入都是普通包裹，"
+                       "或者它的运单历史已被切断）。",
+        "no_hook": "质检探头（hook）只能装在受审计的路线上：{name}是普通包裹，没有人审计它。",
+        "no_retain": "临时监控（retain_grad）只能装在受审计的路线上：{name}是普通包裹。",
+        "hook_saw": "{name}上的质检探头（hook）看到了效率报告（梯度）：{grad}",
+    },
+    "kitchen": {
+        "no_backward": "无从溯源：没有一条记录在案的菜谱步骤从市场采购的食材通往{output}"
+                       "（只有瓶装酱料，或者菜谱历史已被切断）。",
+        "no_hook": "试味勺（hook）只能放在记录在案的菜谱步骤上：{name}是瓶装酱料，开封即用。",
+        "no_retain": "冷链仓库（retain_grad）只能为记录在案的菜谱步骤而建：{name}是瓶装酱料，"
+                     "开封即用。",
+        "hook_saw": "{name}上的试味勺（hook）尝到了溯源记录（梯度）：{grad}",
     },
 }
 
