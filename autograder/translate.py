@@ -1,0 +1,281 @@
+"""Other editions of the course from the one English source: translation catalogs per lesson.
+
+The English notebooks in ``source/`` stay the only notebooks anyone edits. An edition's prose
+lives in gettext PO files, one per lesson (``translations/zh_CN/01_leaves.po``), read and written
+with Babel, so that translators' tools (Poedit, Weblate, Lokalize, ``msgfmt --check``) open them:
+
+* one entry per Markdown cell; ``msgctxt`` is the cell's id (nbformat 4.5 cell ids are stable
+  across edits), ``msgid`` the English text it translates, ``msgstr`` the translation;
+* ``autograder translate zh-CN --update`` adds an entry for a new cell, marks an entry whose
+  English changed as *fuzzy* (keeping the old English as ``#| msgid`` and the old translation
+  for the translator to revise) and drops the entries of deleted cells;
+* ``autograder translate zh-CN`` builds the edition's source notebooks, ``zh-CN/source/``:
+  the English notebook with each Markdown cell's text replaced; code cells, nbgrader metadata,
+  grade ids and points are the English ones, copied by the build and never by hand.
+  ``autograder release --course zh-CN`` then generates ``zh-CN/release/`` with nbgrader, as for
+  the English edition;
+* :func:`problems` names every cell that is untranslated, stale (its English changed since it
+  was translated), fuzzy, or whose translation lost a code span or its heading level; the test
+  suite fails on any, and on an edition's ``source/`` that is not what the build makes now.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+from autograder.pipeline import assignments
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Edition:
+    """A translated edition: its language tag, gettext locale and course root."""
+
+    tag: str          # BCP 47, as in folder names and JupyterLab's language packs: "zh-CN"
+    locale: str       # gettext / Babel: "zh_CN"
+    name: str         # what the edition is called in its own language
+
+    def root(self, course: Path = ROOT) -> Path:
+        """The edition's nbgrader course root (its own ``source/``, ``release/``, gradebook)."""
+        return course / self.tag
+
+    def catalogs(self, course: Path = ROOT) -> Path:
+        return course / "translations" / self.locale
+
+
+EDITIONS = {"zh-CN": Edition("zh-CN", "zh_CN", "简体中文")}
+HEADING = re.compile(r"^(#{1,6}) ")
+CODE_SPAN = re.compile(r"`[^`\n]+`")
+
+
+def edition(tag: str) -> Edition:
+    """The edition called ``tag``, or a readable ``ValueError``."""
+    if tag not in EDITIONS:
+        raise ValueError(f"no edition {tag!r}; the editions are {sorted(EDITIONS)}")
+    return EDITIONS[tag]
+
+
+def _english(course: Path, assignment: str):
+    import nbformat  # lazily: `autograder --help` should not pay for it
+
+    path = course / "source" / assignment / f"{assignment}.ipynb"
+    return nbformat.read(str(path), as_version=4)
+
+
+def _markdown_cells(nb) -> list[tuple[str, str]]:
+    """(cell id, English text) of every Markdown cell, in notebook order."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            if not cell.get("id"):
+                raise ValueError(f"Markdown cell {i} has no id: save the notebook with "
+                                 "nbformat 4.5 or later, so that its translation can find it")
+            out.append((cell["id"], cell.source))
+    return out
+
+
+def catalog_path(ed: Edition, assignment: str, course: Path = ROOT) -> Path:
+    return ed.catalogs(course) / f"{assignment}.po"
+
+
+def read_catalog(ed: Edition, assignment: str, course: Path = ROOT) -> Catalog:
+    path = catalog_path(ed, assignment, course)
+    if not path.exists():
+        return Catalog(locale=ed.locale, domain=assignment)
+    with path.open("rb") as f:
+        return read_po(f, locale=ed.locale, domain=assignment)
+
+
+def _by_context(catalog: Catalog) -> dict[str, object]:
+    return {m.context: m for m in catalog if m.id and m.context}
+
+
+def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
+    """Bring ``assignment``'s catalog in step with the English notebook (like ``msgmerge``).
+
+    Returns how many entries were added, marked fuzzy and dropped.
+    """
+    previous = read_catalog(ed, assignment, course)
+    old = _by_context(previous)
+    header = (f"# {ed.name} ({ed.tag}) translation of lesson {assignment}: the Markdown cells of\n"
+              f"# source/{assignment}/{assignment}.ipynb, one entry per cell, keyed by the cell's id.\n"
+              f"# Translate msgstr only. `autograder translate {ed.tag} --update` keeps this file in\n"
+              "# step with the English; `autograder translate --check` lists what is left to do.")
+    new = Catalog(locale=ed.locale, domain=assignment, project="leaf-tensors-course",
+                  version="1", header_comment=header, language_team=f"{ed.name} <{ed.tag}>",
+                  creation_date=previous.creation_date, revision_date=previous.revision_date,
+                  last_translator="the course's translators", msgid_bugs_address="",
+                  fuzzy=False)
+    counts = {"added": 0, "fuzzy": 0, "dropped": 0}
+    cells = _markdown_cells(_english(course, assignment))
+    for cid, text in cells:
+        first = text.strip().splitlines()[0][:70] if text.strip() else ""
+        kwargs = {"context": cid, "auto_comments": [first] if first else []}
+        was = old.get(cid)
+        if was is None:
+            new.add(text, "", **kwargs)
+            counts["added"] += 1
+        elif was.id == text:
+            new.add(text, was.string, flags=was.flags, previous_id=was.previous_id, **kwargs)
+        else:
+            new.add(text, was.string, flags={"fuzzy"}, previous_id=[was.id], **kwargs)
+            counts["fuzzy"] += 1
+    counts["dropped"] = len(set(old) - {cid for cid, _ in cells})
+    path = catalog_path(ed, assignment, course)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        write_po(f, new, width=100, omit_header=False, include_previous=True)
+    return counts
+
+
+def set_translations(ed: Edition, assignment: str, texts: dict[str, str],
+                     course: Path = ROOT) -> None:
+    """Write translations (cell id -> text) into ``assignment``'s catalog, clearing their fuzzy
+    flags: what a translator's tool does when a translation is saved as reviewed."""
+    update(ed, assignment, course)
+    catalog = read_catalog(ed, assignment, course)
+    by_id = _by_context(catalog)
+    unknown = sorted(set(texts) - set(by_id))
+    if unknown:
+        raise KeyError(f"{assignment} has no Markdown cells with the ids {unknown}")
+    for cid, text in texts.items():
+        entry = by_id[cid]
+        entry.string = text
+        entry.flags.discard("fuzzy")
+        entry.previous_id = []
+    with catalog_path(ed, assignment, course).open("wb") as f:
+        write_po(f, catalog, width=100, include_previous=True)
+
+
+def _lost_spans(english: str, translated: str) -> list[str]:
+    return sorted(set(CODE_SPAN.findall(english)) - set(CODE_SPAN.findall(translated)))
+
+
+def problems(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -> list[str]:
+    """Every cell whose translation is missing, stale, fuzzy or damaged; empty: complete."""
+    found = []
+    for assignment in names or assignments(course):
+        have = _by_context(read_catalog(ed, assignment, course))
+        where = f"translations/{ed.locale}/{assignment}.po"
+        cells = _markdown_cells(_english(course, assignment))
+        for cid, text in cells:
+            title = text.strip().splitlines()[0][:60] if text.strip() else "(empty)"
+            name = f"{where}: cell {cid!r} ({title})"
+            entry = have.get(cid)
+            if entry is None or not entry.string:
+                found.append(f"{name} is not translated")
+            elif entry.id != text:
+                found.append(f"{name} is stale: its English changed since it was translated "
+                             f"(run `autograder translate {ed.tag} --update`, then revise it)")
+            elif entry.fuzzy:
+                found.append(f"{name} is fuzzy: review the translation, then remove the flag")
+            else:
+                lost = _lost_spans(text, entry.string)
+                if lost:
+                    found.append(f"{name} lost code spans {lost}: code stays as it is")
+                level = HEADING.match(text)
+                if level and not entry.string.startswith(level.group(0)):
+                    found.append(f"{name} must stay a {level.group(1)} heading")
+        for cid in sorted(set(have) - {cid for cid, _ in cells}):
+            found.append(f"{where}: cell {cid!r} no longer exists in the English notebook "
+                         f"(run `autograder translate {ed.tag} --update`)")
+    return found
+
+
+def translated_notebook(ed: Edition, assignment: str, course: Path = ROOT):
+    """The edition's source notebook: the English one, its Markdown translated."""
+    issues = problems(ed, [assignment], course)
+    if issues:
+        raise ValueError("the translation is not complete:\n" + "\n".join(issues))
+    english = _english(course, assignment)
+    have = _by_context(read_catalog(ed, assignment, course))
+    nb = copy.deepcopy(english)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = have[cell["id"]].string
+    nb.metadata["leaf_course"] = {"edition": ed.tag, "translated_from": "source/"}
+    return nb
+
+
+def build(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -> list[Path]:
+    """Write ``<edition>/source/<assignment>/`` for each assignment; return the notebooks."""
+    out = []
+    for assignment in names or assignments(course):
+        nb = translated_notebook(ed, assignment, course)
+        folder = ed.root(course) / "source" / assignment
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(course / "source" / assignment, folder,
+                        ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints",
+                                                      "__pycache__"))
+        path = folder / f"{assignment}.ipynb"
+        import nbformat
+
+        nbformat.write(nb, str(path))
+        out.append(path)
+    return out
+
+
+def stale_sources(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -> list[str]:
+    """Edition source notebooks that differ from what :func:`build` writes now."""
+    found = []
+    for assignment in names or assignments(course):
+        path = ed.root(course) / "source" / assignment / f"{assignment}.ipynb"
+        if not path.exists():
+            found.append(f"{path.relative_to(course)} is missing")
+            continue
+        fresh = translated_notebook(ed, assignment, course)
+        import nbformat
+
+        if nbformat.read(str(path), as_version=4) != fresh:
+            found.append(f"{path.relative_to(course)} is not what the translation builds now "
+                         f"(run `autograder translate {ed.tag}`)")
+    return found
+
+
+# ----------------------------------------------------------------------------- command line
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("translate", help="build or check a translated edition (zh-CN)")
+    p.add_argument("edition", choices=sorted(EDITIONS), help="the edition's language tag")
+    p.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--update", action="store_true",
+                      help="bring the PO catalogs in step with the English notebooks")
+    what.add_argument("--check", action="store_true",
+                      help="exit 1 on any missing, stale or fuzzy translation")
+    p.add_argument("--course", default=".", help="course root (default: current folder)")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args) -> int:
+    course = Path(args.course).resolve()
+    ed = edition(args.edition)
+    names = args.assignments or None
+    if args.update:
+        for name in names or assignments(course):
+            c = update(ed, name, course)
+            print(f"translations/{ed.locale}/{name}.po: {c['added']} new, {c['fuzzy']} to "
+                  f"revise (fuzzy), {c['dropped']} dropped")
+        return 0
+    found = problems(ed, names, course)
+    if args.check or found:
+        for line in found:
+            print(line)
+        if found:
+            print(f"{len(found)} cell(s) to translate or revise.")
+            return 1
+        print(f"the {ed.tag} translation is complete.")
+        return 0
+    for path in build(ed, names, course):
+        print(f"built {path.relative_to(course)}")
+    print(f"now run `autograder release --course {ed.tag}` to generate {ed.tag}/release/")
+    return 0
