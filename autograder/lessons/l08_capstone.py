@@ -48,10 +48,10 @@ lesson = Lesson("08_capstone", "Capstone: a broken training loop")
 
 # --------------------------------------------------------------------------- the script
 
-#: Given (not a bug): the fixed-seed data set.
+#: Given (not a bug): the data set, from a fixed random seed.
 GIVEN = '''\
 def make_data(seed=0, n=64):
-    """Fixed-seed deliveries: (distance, load) of each parcel -> delivery time (always > 0)."""
+    """Each parcel's (distance, load) -> delivery time (always > 0), from a fixed random seed."""
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(n, 2, generator=g)
     y = 1.5 + 0.5 * torch.sin(2 * X[:, :1]) + 0.3 * X[:, 1:] ** 2
@@ -550,7 +550,7 @@ def tasting():
     dish = kitchen.season(torch.relu(kitchen.chop(batch)))
     side = kitchen.garnish(batch).detach()     # vacuum-packed
     with torch.no_grad():
-        dip = kitchen.dip(batch)               # cooked with the notebook closed
+        dip = kitchen.dip(batch)               # cooked with the recipe notebook closed
     salt = kitchen.spice * 0.0                 # "no salt today"
     return (dish + side + dip + salt + kitchen.sauce(batch)).pow(2).mean()
 
