@@ -161,7 +161,7 @@ def _last_report(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2LeafProbes(Predict):
     qid = "q2"
-    title = "A probe at a sorting centre, and the one after the desk"
+    title = "A probe at a sorting centre, and one behind the desk"
     code = LEAF_PROBES
     items = [
         Item("probe", "`register_hook` on a leaf fires *before* the report is added into "
