@@ -191,8 +191,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "backward(). If you accumulate gradients over micro-batches on purpose, ignore this.",
         "logistics": "Last round's efficiency report is still on this sorting centre's desk, "
         "and the new one is added to it.",
-        "kitchen": "Yesterday's tasting notes are still on this ingredient's card, and today's "
-        "are written on top of them.",
+        "kitchen": "Yesterday's origin record is still on this ingredient's origin label, and "
+        "today's is added to it: origin records pile up on the label until someone wipes it.",
     },
     "frozen_in_optimizer": {
         "technical": "`{name}` has requires_grad=False but is still in the optimizer's param "

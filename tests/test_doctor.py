@@ -96,7 +96,7 @@ def test_whole_forward_under_no_grad_gives_a_loss_without_history():
 
 
 class HardChoice(nn.Module):
-    """A router whose only output is an argmax: seed 004's control flow that kills the gradient."""
+    """A router whose only output is an argmax: the five-scenarios article's control flow that kills the gradient."""
 
     def __init__(self):
         super().__init__()
@@ -120,7 +120,7 @@ class ZeroBranch(nn.Module):
         self.main, self.branch = nn.Linear(4, 3), nn.Linear(4, 3)
 
     def forward(self, x):
-        return self.main(x) + self.branch(x) * 0   # seed 004, scenario 5
+        return self.main(x) + self.branch(x) * 0   # the five-scenarios article, scenario 5
 
 
 def test_branch_multiplied_by_zero_is_zero_not_none():
@@ -246,7 +246,7 @@ class Block(nn.Module):
     def forward(self, x):
         identity = x
         x = self.conv2(self.conv1(x).relu())
-        return x + (identity.detach() if self.detach_identity else identity)   # seed 001
+        return x + (identity.detach() if self.detach_identity else identity)   # the kitchen article
 
 
 def test_residual_identity_detach_is_found():
