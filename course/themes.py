@@ -39,7 +39,7 @@ KINDS = ("parameter", "constant", "intermediate", "function")
 MARKS = ("retained", "hooked", "gradient", "step", "running", "waiting", "untracked")
 CONCEPTS = ("graph", "audit", "grad_store", "accumulate", "zero_grad", "saved", "version",
             "inplace", "data_edit", "detached", "copy", "no_grad", "post_hook", "none_grad",
-            "zero", "vanishing")
+            "zero", "vanishing", "optimizer")
 
 GLOSSARY: dict[str, dict[str, str]] = {
     "technical": {
@@ -72,6 +72,7 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "none_grad": "grad is None",
         "zero": "a gradient of zero",
         "vanishing": "a vanishing gradient",
+        "optimizer": "the optimizer (it updates the parameters)",
     },
     "logistics": {
         "parameter": "sorting centre",
@@ -103,6 +104,7 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "none_grad": "no report on the desk (grad is None)",
         "zero": "a report that says 0",
         "vanishing": "a report that fades station by station",
+        "optimizer": "the company, which retunes its sorting centres (optimizer)",
     },
     "kitchen": {
         "parameter": "market ingredient",
@@ -134,6 +136,7 @@ GLOSSARY: dict[str, dict[str, str]] = {
         "none_grad": "an ingredient with no origin record (grad is None)",
         "zero": "an ingredient in zero quantity",
         "vanishing": "an ingredient diluted step by step",
+        "optimizer": "the chef, who adjusts the ingredients batch by batch (optimizer)",
     },
 }
 
@@ -210,6 +213,7 @@ GLOSSARY_ZH: dict[str, dict[str, str]] = {
         "none_grad": "grad is None",
         "zero": "为零的梯度",
         "vanishing": "梯度消失",
+        "optimizer": "优化器（更新参数）",
     },
     "logistics": {
         "parameter": "分拣中心",
@@ -241,6 +245,7 @@ GLOSSARY_ZH: dict[str, dict[str, str]] = {
         "none_grad": "归档台上没有报告（grad is None）",
         "zero": "写着0的报告",
         "vanishing": "逐站衰减的报告",
+        "optimizer": "调整分拣中心设置的公司（优化器）",
     },
     "kitchen": {
         "parameter": "市场采购的食材",
@@ -272,6 +277,7 @@ GLOSSARY_ZH: dict[str, dict[str, str]] = {
         "none_grad": "没有溯源记录的食材（grad is None）",
         "zero": "用量为零的食材",
         "vanishing": "一步步被稀释的食材",
+        "optimizer": "一批接一批调整食材的厨师（优化器）",
     },
 }
 
