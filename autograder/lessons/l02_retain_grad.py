@@ -89,7 +89,7 @@ opt = torch.optim.SGD([w], lr=0.1)
 opt.step()
 opt.zero_grad()
 after_default = w.grad
-alarm = w.grad is None             # seed 000's check_grad_flow test
+alarm = w.grad is None             # the parcel-sorting article's check_grad_flow test
 (w * w).sum().backward()
 opt.zero_grad(set_to_none=False)
 after_zeros = w.grad
