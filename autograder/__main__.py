@@ -5,6 +5,10 @@
     autograder grade ASSIGNMENT           grade all submissions: parallel, sandboxed (docs/grading.md)
     autograder report ASSIGNMENT | --all  class report: questions, misconceptions, who needs
                                           attention (HTML + CSV; docs/report.md)
+    autograder site [--out DIR]           the course as an offline static site (docs/site.md)
+    autograder translate zh-CN [--update | --check]
+                                          build zh-CN/source/ from source/ and the PO catalogs in
+                                          translations/zh_CN/ (docs/translation.md)
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     from autograder import analytics  # cheap: nbgrader and matplotlib load in report()
 
     analytics.add_parser(sub)
+    from autograder import site  # cheap: Sphinx and Jupyter Book load in build()
+
+    site.add_parser(sub)
+    from autograder import translate  # cheap: Babel's PO reader only
+
+    translate.add_parser(sub)
     return parser
 
 

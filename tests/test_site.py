@@ -1,0 +1,336 @@
+"""The course site (``autograder site``, docs/site.md): built once per session, twice.
+
+The first build executes every lesson (jupyter-cache); the second, with nothing changed,
+must execute none, which is read from jupyter-cache's records and the build's own record,
+not from timing. Then every page is checked as files (links, resources, what it must and
+must not contain) and opened in headless Chromium with every non-file request aborted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import pytest
+
+from autograder import site
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+
+pytestmark = pytest.mark.slow
+
+
+def _run_site(out: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "autograder", "site", "--out", str(out),
+                           "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads((out / "build-record.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """``(html_dir, first_record, second_record, cache_before, cache_after)``."""
+    out = tmp_path_factory.mktemp("site")
+    first = _run_site(out)
+    cache_before = site.cache_records(out / "jupyter_cache")
+    second = _run_site(out)
+    cache_after = site.cache_records(out / "jupyter_cache")
+    return out / "html", first, second, cache_before, cache_after
+
+
+def _pages(html_dir: Path) -> list[Path]:
+    return sorted(p for p in html_dir.rglob("*.html") if "_static" not in p.parts)
+
+
+class _Text(HTMLParser):
+    """The text of a page, scripts and styles left out."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def page_text(path: Path) -> str:
+    p = _Text()
+    p.feed(path.read_text())
+    return re.sub(r"\s+", " ", "".join(p.parts))
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+LESSON_NAMES = [p.stem for p in site.lessons(ROOT)]
+
+
+# -- the build ------------------------------------------------------------------------------
+
+def test_first_build_executes_every_lesson_the_second_none(built):
+    html_dir, first, second, cache_before, cache_after = built
+    assert sorted(first["executed"]) == sorted(f"{n}.ipynb" for n in LESSON_NAMES)
+    assert second["executed"] == []
+    # jupyter-cache's own records: the same notebooks, same primary keys, same creation times
+    assert cache_after == cache_before
+    assert len(cache_after) == len(LESSON_NAMES)
+    assert first["pages"] == second["pages"]
+
+
+def test_pages_of_the_site(built):
+    html_dir = built[0]
+    names = {p.relative_to(html_dir).as_posix() for p in _pages(html_dir)}
+    expected = {"index.html", "glossary.html", "docs/doctor.html",
+                *(f"lessons/{n}.html" for n in LESSON_NAMES),
+                *(f"{d[:-3]}.html" for d in site.INSTRUCTOR_DOCS)}
+    assert expected <= names
+
+
+def test_no_external_resource(built):
+    html_dir = built[0]
+    assert site.external_resources(html_dir) == []
+    # and nothing else names a CDN the theme or MyST-NB would load from
+    for page in _pages(html_dir):
+        text = page.read_text()
+        for host in ("cdn.jsdelivr", "cdnjs", "unpkg.com", "fonts.googleapis", "mathjax.org"):
+            assert host not in text, (page, host)
+        assert not re.search(r"""(src|href)=["']?(https?:)?//[^"'>]+\.(js|css)""", text), page
+
+
+def test_mathjax_served_from_the_site(built):
+    html_dir = built[0]
+    page = (html_dir / "lessons" / "06_inplace.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in page
+    assert (html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def test_internal_links_resolve(built):
+    html_dir = built[0]
+    ids: dict[Path, set] = {}
+    broken = []
+    for page in _pages(html_dir):
+        parsed = site.parse_page(page)
+        ids[page.resolve()] = parsed.ids
+    for page in _pages(html_dir):
+        for href in site.parse_page(page).links:
+            parts = urlsplit(href)
+            if parts.scheme or href.startswith("//"):
+                continue  # an external hyperlink (mailto:, https:) is not a page of the site
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else \
+                page.resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{page.relative_to(html_dir)} -> {href}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                known = ids.get(target)
+                if known is None:
+                    known = ids[target] = site.parse_page(target).ids
+                if unquote(parts.fragment) not in known:
+                    broken.append(f"{page.relative_to(html_dir)} -> {href} (no such anchor)")
+    assert broken == []
+
+
+def test_front_page_is_the_course_map(built):
+    page = (built[0] / "index.html")
+    links = site.parse_page(page).links
+    for name in LESSON_NAMES:
+        assert f"lessons/{name}.html" in links, name
+    assert "Course map" in page_text(page)
+
+
+def test_glossary_lists_every_entry(built):
+    from course import themes
+
+    text = page_text(built[0] / "glossary.html")
+    keys = set()
+    for theme in themes.THEMES:
+        for key, word in themes.GLOSSARY[theme].items():
+            assert _squash(word) in text, (theme, key, word)
+            keys.add(key)
+    assert set(themes.CONCEPTS) <= keys
+    for key in keys:
+        assert key in text
+
+
+def _site_inputs(book: Path) -> str:
+    """All the text the site is built from (the staged notebooks and pages), squashed."""
+    texts = []
+    for f in sorted(book.rglob("*")):
+        if f.suffix == ".ipynb":
+            nb = nbformat.read(str(f), as_version=4)
+            texts += [c.source for c in nb.cells]
+        elif f.suffix == ".md":
+            texts.append(f.read_text())
+    return "\n".join(_squash(t) for t in texts)
+
+
+def _solution_lines(name: str, inputs: str) -> tuple[list[str], list[str]]:
+    """Whole solution and hidden-test blocks of source/, and their lines that appear nowhere
+    in what the site is built from (``h.retain_grad()`` is also lesson text, so such a line
+    proves nothing; a line the site's inputs lack must not reach a page either)."""
+    src = nbformat.read(str(ROOT / "source" / name / f"{name}.ipynb"), as_version=4)
+    solutions, hidden = [], []
+    for cell in src.cells:
+        for begin, end, into in (("### BEGIN SOLUTION", "### END SOLUTION", solutions),
+                                 ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS", hidden)):
+            for block in re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), cell.source,
+                                    re.S):
+                whole = _squash(block)
+                if len(whole) >= 20 and whole not in inputs:
+                    into.append(whole)
+                into += [_squash(ln) for ln in block.splitlines()
+                         if len(_squash(ln)) >= 8 and _squash(ln) not in inputs
+                         and not _squash(ln).startswith("#")]
+    return solutions, hidden
+
+
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_no_solution_or_hidden_test_in_the_site(built, name):
+    solutions, hidden = _solution_lines(name, _site_inputs(built[0].parent / "book"))
+    assert solutions, "no solution found in source/: the test would check nothing"
+    texts = {p: page_text(p) for p in _pages(built[0])}
+    for line in solutions + hidden:
+        for page, text in texts.items():
+            assert line not in text, (name, line, page)
+
+
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_lesson_page_has_no_traceback_and_shows_its_exercises(built, name):
+    page = built[0] / "lessons" / f"{name}.html"
+    raw = page.read_text()
+    text = page_text(page)
+    assert "Traceback (most recent call last)" not in text  # (anomaly mode's report is content)
+    assert "output traceback" not in raw and "output error" not in raw
+    assert "tag_site-exercise" in raw  # the exercises are there, marked, not run
+    assert "raise NotImplementedError()" in text  # ... with their answer templates
+    assert "course.static_states" not in text  # the hidden set-up cell stays hidden
+
+
+def _explorer_cells(name: str) -> int:
+    nb = nbformat.read(str(ROOT / "release" / name / f"{name}.ipynb"), as_version=4)
+    return sum(1 for c in nb.cells if c.cell_type == "code"
+               and re.search(r"(Explorer|BackwardStepper)\(", c.source)
+               and "class " not in c.source)
+
+
+@pytest.mark.parametrize("name", LESSON_NAMES)
+def test_every_explorer_shows_its_states(built, name):
+    raw = (built[0] / "lessons" / f"{name}.html").read_text()
+    count = raw.count('class="site-states ')
+    assert count >= 1 and count >= _explorer_cells(name), (name, count)
+    assert "jupyter-widgets" not in raw and "widget-state" not in raw
+
+
+# -- in a browser, offline ----------------------------------------------------------------------
+
+@pytest.fixture
+def offline_page(playwright_chromium, tmp_path):
+    """A Chromium page where every request that is not file:// is aborted (and counted)."""
+    from browser.conftest import CHROMIUM_FLAGS
+
+    p, chromium = playwright_chromium
+    context = p.chromium.launch_persistent_context(
+        str(tmp_path / "profile"), executable_path=chromium, headless=True,
+        args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900})
+    aborted: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(("file:", "data:")):
+            r.continue_()
+        else:
+            aborted.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.pages[0] if context.pages else context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
+    try:
+        yield page, aborted, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+def test_every_page_opens_offline(built, offline_page):
+    page, aborted, errors = offline_page
+    html_dir = built[0]
+    for path in _pages(html_dir):
+        if path.name in ("search.html", "genindex.html"):
+            continue  # Sphinx's own pages, checked as files above
+        errors.clear()
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        images = page.evaluate(
+            "() => Array.from(document.images).map(i => [i.currentSrc.slice(0, 80),"
+            " i.complete && i.naturalWidth > 0])")
+        assert all(ok for _, ok in images), (path, [s for s, ok in images if not ok])
+        if "lessons" in path.parts:
+            assert len(images) >= 2, path  # the explorers' pictures and the lesson's figures
+            if "$" in path.read_text() or "\\(" in path.read_text():
+                page.wait_for_function(
+                    "() => document.querySelectorAll('mjx-container').length > 0"
+                    " || !document.querySelector('.math')", timeout=20_000)
+        assert errors == [], (path, errors)
+    assert aborted == []
+
+
+@pytest.mark.browser
+def test_explorer_states_step_without_a_kernel(built, offline_page):
+    page, aborted, errors = offline_page
+    ARTIFACTS.mkdir(exist_ok=True)
+    lesson = built[0] / "lessons" / "01_leaves.html"
+    page.goto(lesson.as_uri())
+    stepper = page.locator('.site-states[data-explorer="BackwardStepper"]').first
+    stepper.scroll_into_view_if_needed()
+    visible = stepper.locator(".site-state:visible")
+    assert visible.count() == 1
+    first_label = stepper.locator(".site-label").inner_text()
+    stepper.locator(".site-next").click()
+    stepper.locator(".site-next").click()
+    assert stepper.get_attribute("data-current") == "2"
+    assert stepper.locator(".site-state:visible").count() == 1
+    assert stepper.locator(".site-state:visible").get_attribute("data-k") == "2"
+    assert stepper.locator(".site-label").inner_text() != first_label
+    assert "step 1/" in stepper.locator(".site-label").inner_text()
+    stepper.screenshot(path=str(ARTIFACTS / "site-01_leaves-stepper.png"))
+    page.screenshot(path=str(ARTIFACTS / "site-01_leaves-page.png"))
+
+    explorer = page.locator('.site-states[data-explorer="GraphExplorer"]').first
+    explorer.scroll_into_view_if_needed()
+    before = explorer.locator(".site-state:visible img").get_attribute("src")
+    explorer.locator(".site-pick").nth(1).click()
+    assert explorer.locator(".site-pick").nth(1).get_attribute("aria-pressed") == "true"
+    after = explorer.locator(".site-state:visible img").get_attribute("src")
+    assert after != before
+    assert "backward()" in explorer.locator(".site-pick").nth(1).inner_text()
+
+    page.goto((built[0] / "lessons" / "04_hooks.html").as_uri())
+    hook = page.locator('.site-states[data-explorer="HookExplorer"]').first
+    hook.scroll_into_view_if_needed()
+    numbers = hook.locator(".site-state:visible .xp-lines").inner_text()
+    hook.locator(".site-pick", has_text="no hook").click()
+    assert hook.locator(".site-state:visible .xp-lines").inner_text() != numbers
+    hook.screenshot(path=str(ARTIFACTS / "site-04_hooks-explorer.png"))
+    assert errors == [] and aborted == []
