@@ -2,7 +2,7 @@
 
 The English notebooks in ``source/`` stay the only notebooks anyone edits. An edition's prose
 lives in gettext PO files, one per lesson (``translations/zh_CN/01_leaves.po``), read and written
-with Babel, so that translators' tools (Poedit, Weblate, Lokalize, ``msgfmt --check``) open them:
+with polib, so that translators' tools (Poedit, Weblate, Lokalize, ``msgfmt --check``) open them:
 
 * one entry per Markdown cell; ``msgctxt`` is the cell's id (nbformat 4.5 cell ids are stable
   across edits), ``msgid`` the English text it translates, ``msgstr`` the translation;
@@ -27,8 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from babel.messages.catalog import Catalog
-from babel.messages.pofile import read_po, write_po
+import polib
 
 from autograder.pipeline import assignments
 
@@ -40,7 +39,7 @@ class Edition:
     """A translated edition: its language tag, gettext locale and course root."""
 
     tag: str          # BCP 47, as in folder names and JupyterLab's language packs: "zh-CN"
-    locale: str       # gettext / Babel: "zh_CN"
+    locale: str       # gettext: "zh_CN"
     name: str         # what the edition is called in its own language
 
     def root(self, course: Path = ROOT) -> Path:
@@ -53,7 +52,10 @@ class Edition:
 
 EDITIONS = {"zh-CN": Edition("zh-CN", "zh_CN", "简体中文")}
 HEADING = re.compile(r"^(#{1,6}) ")
-CODE_SPAN = re.compile(r"`[^`\n]+`")
+# A code span may wrap onto the next line (Markdown reads the line break as a space), never
+# across a blank line; fenced code blocks are left out (their comments may be translated).
+CODE_SPAN = re.compile(r"`((?:[^`\n]|\n(?![ \t]*\n))+)`")
+FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def edition(tag: str) -> Edition:
@@ -86,16 +88,20 @@ def catalog_path(ed: Edition, assignment: str, course: Path = ROOT) -> Path:
     return ed.catalogs(course) / f"{assignment}.po"
 
 
-def read_catalog(ed: Edition, assignment: str, course: Path = ROOT) -> Catalog:
+def read_catalog(ed: Edition, assignment: str, course: Path = ROOT) -> polib.POFile:
     path = catalog_path(ed, assignment, course)
     if not path.exists():
-        return Catalog(locale=ed.locale, domain=assignment)
-    with path.open("rb") as f:
-        return read_po(f, locale=ed.locale, domain=assignment)
+        return polib.POFile(wrapwidth=100)
+    return polib.pofile(str(path), wrapwidth=100)
 
 
-def _by_context(catalog: Catalog) -> dict[str, object]:
-    return {m.context: m for m in catalog if m.id and m.context}
+def _by_context(catalog: polib.POFile) -> dict[str, polib.POEntry]:
+    return {e.msgctxt: e for e in catalog if e.msgctxt and not e.obsolete}
+
+
+def _save(catalog: polib.POFile, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.save(str(path))
 
 
 def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
@@ -103,36 +109,42 @@ def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
 
     Returns how many entries were added, marked fuzzy and dropped.
     """
-    previous = read_catalog(ed, assignment, course)
-    old = _by_context(previous)
-    header = (f"# {ed.name} ({ed.tag}) translation of lesson {assignment}: the Markdown cells of\n"
-              f"# source/{assignment}/{assignment}.ipynb, one entry per cell, keyed by the cell's id.\n"
-              f"# Translate msgstr only. `autograder translate {ed.tag} --update` keeps this file in\n"
-              "# step with the English; `autograder translate --check` lists what is left to do.")
-    new = Catalog(locale=ed.locale, domain=assignment, project="leaf-tensors-course",
-                  version="1", header_comment=header, language_team=f"{ed.name} <{ed.tag}>",
-                  creation_date=previous.creation_date, revision_date=previous.revision_date,
-                  last_translator="the course's translators", msgid_bugs_address="",
-                  fuzzy=False)
+    old = _by_context(read_catalog(ed, assignment, course))
+    new = polib.POFile(wrapwidth=100)
+    new.header = (f"{ed.name} ({ed.tag}) translation of lesson {assignment}: the Markdown cells of\n"
+                  f"source/{assignment}/{assignment}.ipynb, one entry per cell, keyed by the "
+                  "cell's id.\n"
+                  f"Translate msgstr only. `autograder translate {ed.tag} --update` keeps this "
+                  "file in\n"
+                  f"step with the English; `autograder translate {ed.tag} --check` lists what is "
+                  "left to do.")
+    new.metadata = {
+        "Project-Id-Version": f"leaf-tensors-course {assignment}",
+        "Language": ed.locale,
+        "Language-Team": f"{ed.name} <{ed.tag}>",
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+        "Plural-Forms": "nplurals=1; plural=0;",
+    }
     counts = {"added": 0, "fuzzy": 0, "dropped": 0}
     cells = _markdown_cells(_english(course, assignment))
     for cid, text in cells:
         first = text.strip().splitlines()[0][:70] if text.strip() else ""
-        kwargs = {"context": cid, "auto_comments": [first] if first else []}
+        entry = polib.POEntry(msgctxt=cid, msgid=text, comment=first)
         was = old.get(cid)
         if was is None:
-            new.add(text, "", **kwargs)
             counts["added"] += 1
-        elif was.id == text:
-            new.add(text, was.string, flags=was.flags, previous_id=was.previous_id, **kwargs)
-        else:
-            new.add(text, was.string, flags={"fuzzy"}, previous_id=[was.id], **kwargs)
+        elif was.msgid == text:
+            entry.msgstr, entry.flags = was.msgstr, list(was.flags)
+            entry.previous_msgid = was.previous_msgid
+        else:   # the English changed: keep the old translation and English for the revision
+            entry.msgstr, entry.flags = was.msgstr, ["fuzzy"]
+            entry.previous_msgid = was.previous_msgid or was.msgid
             counts["fuzzy"] += 1
+        new.append(entry)
     counts["dropped"] = len(set(old) - {cid for cid, _ in cells})
-    path = catalog_path(ed, assignment, course)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        write_po(f, new, width=100, omit_header=False, include_previous=True)
+    _save(new, catalog_path(ed, assignment, course))
     return counts
 
 
@@ -148,15 +160,22 @@ def set_translations(ed: Edition, assignment: str, texts: dict[str, str],
         raise KeyError(f"{assignment} has no Markdown cells with the ids {unknown}")
     for cid, text in texts.items():
         entry = by_id[cid]
-        entry.string = text
-        entry.flags.discard("fuzzy")
-        entry.previous_id = []
-    with catalog_path(ed, assignment, course).open("wb") as f:
-        write_po(f, catalog, width=100, include_previous=True)
+        entry.msgstr = text
+        if "fuzzy" in entry.flags:
+            entry.flags.remove("fuzzy")
+        entry.previous_msgid = None
+    _save(catalog, catalog_path(ed, assignment, course))
+
+
+def code_spans(markdown: str) -> set[str]:
+    """The inline code spans of ``markdown``, as Markdown renders them (a wrapped span's line
+    break read as a space), outside fenced code blocks."""
+    prose = FENCE.sub("", markdown)
+    return {"`" + " ".join(m.group(1).split()) + "`" for m in CODE_SPAN.finditer(prose)}
 
 
 def _lost_spans(english: str, translated: str) -> list[str]:
-    return sorted(set(CODE_SPAN.findall(english)) - set(CODE_SPAN.findall(translated)))
+    return sorted(code_spans(english) - code_spans(translated))
 
 
 def problems(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -> list[str]:
@@ -170,19 +189,19 @@ def problems(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -
             title = text.strip().splitlines()[0][:60] if text.strip() else "(empty)"
             name = f"{where}: cell {cid!r} ({title})"
             entry = have.get(cid)
-            if entry is None or not entry.string:
+            if entry is None or not entry.msgstr:
                 found.append(f"{name} is not translated")
-            elif entry.id != text:
+            elif entry.msgid != text:
                 found.append(f"{name} is stale: its English changed since it was translated "
                              f"(run `autograder translate {ed.tag} --update`, then revise it)")
-            elif entry.fuzzy:
+            elif "fuzzy" in entry.flags:
                 found.append(f"{name} is fuzzy: review the translation, then remove the flag")
             else:
-                lost = _lost_spans(text, entry.string)
+                lost = _lost_spans(text, entry.msgstr)
                 if lost:
                     found.append(f"{name} lost code spans {lost}: code stays as it is")
                 level = HEADING.match(text)
-                if level and not entry.string.startswith(level.group(0)):
+                if level and not entry.msgstr.startswith(level.group(0)):
                     found.append(f"{name} must stay a {level.group(1)} heading")
         for cid in sorted(set(have) - {cid for cid, _ in cells}):
             found.append(f"{where}: cell {cid!r} no longer exists in the English notebook "
@@ -200,7 +219,7 @@ def translated_notebook(ed: Edition, assignment: str, course: Path = ROOT):
     nb = copy.deepcopy(english)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = have[cell["id"]].string
+            cell.source = have[cell["id"]].msgstr
     nb.metadata["leaf_course"] = {"edition": ed.tag, "translated_from": "source/"}
     return nb
 

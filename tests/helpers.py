@@ -53,9 +53,11 @@ def solved_sources(assignment: str) -> dict[str, str]:
     return {meta(c)["grade_id"]: strip_markers(c.source) for c in nb.cells if is_answer(c)}
 
 
-def submission(assignment: str, solve: set[str] | None = None) -> nbformat.NotebookNode:
-    """The release notebook with the answer cells in ``solve`` (default: all) solved."""
-    nb = read(notebook_path(assignment, RELEASE))
+def submission(assignment: str, solve: set[str] | None = None,
+               release: Path = RELEASE) -> nbformat.NotebookNode:
+    """The release notebook with the answer cells in ``solve`` (default: all) solved
+    (``release``: another edition's release folder, e.g. ``ROOT / "zh-CN" / "release"``)."""
+    nb = read(notebook_path(assignment, release))
     solved = solved_sources(assignment)
     out = copy.deepcopy(nb)
     for cell in out.cells:
@@ -82,13 +84,14 @@ def answer_ids(assignment: str) -> list[str]:
     return [meta(c)["grade_id"] for c in nb.cells if is_answer(c)]
 
 
-def make_course(tmp: Path) -> Path:
-    """A scratch nbgrader course: this course's config and source/, nothing else."""
+def make_course(tmp: Path, source: Path = SOURCE) -> Path:
+    """A scratch nbgrader course: this course's config and source/ (``source``: another
+    edition's, e.g. ``ROOT / "zh-CN" / "source"``), nothing else."""
     course = tmp / "course"
     course.mkdir()
     shutil.copy2(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(SOURCE, course / "source",
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(source, course / "source",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.md"))
     return course
 
 

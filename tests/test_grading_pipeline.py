@@ -9,10 +9,14 @@ scores read back with ``nbgrader.api.Gradebook``.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
 from helpers import (
+    RELEASE,
+    ROOT,
     answer_ids,
     assignments,
     executed_outputs,
@@ -22,8 +26,13 @@ from helpers import (
     submit,
 )
 
-from autograder.pipeline import nbgrader, read_scores
+from autograder.grading.sandbox import sandbox_problem
+from autograder.pipeline import nbgrader, nbgrader_env, read_scores
 from autograder.verdict import MIME_TYPE
+
+ZH = ROOT / "zh-CN"
+# as in test_grade_cli.py: where no sandbox can be set up, grade with the explicit opt-out
+SANDBOX_ARGS = [] if sandbox_problem() is None else ["--no-sandbox"]
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 
@@ -60,23 +69,53 @@ def _with_cell_after_setup(nb: nbformat.NotebookNode, source: str) -> nbformat.N
     return nb
 
 
+def _submit_all(course, assignment, release=RELEASE):
+    """The five submissions of every assignment: solved, untouched, half solved, tampering."""
+    ids = answer_ids(assignment)
+    half = set(ids[: len(ids) // 2])
+    submit(course, "full", assignment, submission(assignment, release=release))
+    submit(course, "blank", assignment, submission(assignment, solve=set(), release=release))
+    submit(course, "partial", assignment, submission(assignment, solve=half, release=release))
+    submit(course, "tamper_torch", assignment, _with_cell_after_setup(
+        submission(assignment, solve=set(), release=release), TAMPER_TORCH))
+    submit(course, "tamper_checks", assignment, _with_cell_after_setup(
+        submission(assignment, solve=set(), release=release), TAMPER_CHECKS))
+
+
 @pytest.fixture(scope="module", params=assignments())
 def graded(request, tmp_path_factory):
     assignment = request.param
     course = make_course(tmp_path_factory.mktemp(assignment))
     nbgrader("generate_assignment", assignment, "--force", course=course)
-    ids = answer_ids(assignment)
-    half = set(ids[: len(ids) // 2])
-    submit(course, "full", assignment, submission(assignment))
-    submit(course, "blank", assignment, submission(assignment, solve=set()))
-    submit(course, "partial", assignment, submission(assignment, solve=half))
-    submit(course, "tamper_torch", assignment,
-           _with_cell_after_setup(submission(assignment, solve=set()), TAMPER_TORCH))
-    submit(course, "tamper_checks", assignment,
-           _with_cell_after_setup(submission(assignment, solve=set()), TAMPER_CHECKS))
+    _submit_all(course, assignment)
     proc = nbgrader("autograde", assignment, "--force", course=course)
     scores = read_scores(course, assignment)
     return assignment, course, scores, proc
+
+
+@pytest.fixture(scope="module")
+def graded_zh(graded, tmp_path_factory):
+    """The same five submissions in the Chinese edition (zh-CN/), graded by the fast grader
+    (``autograder grade``, itself proven equal to stock nbgrader in test_grade_cli.py)."""
+    assignment = graded[0]
+    course = make_course(tmp_path_factory.mktemp(f"{assignment}-zh"), ZH / "source")
+    nbgrader("generate_assignment", assignment, "--force", course=course)
+    _submit_all(course, assignment, ZH / "release")
+    command = [sys.executable, "-m", "autograder", "grade", assignment, "--force",
+               "--no-calibrate", *SANDBOX_ARGS]
+    proc = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return assignment, course, read_scores(course, assignment), proc
+
+
+def test_the_chinese_edition_earns_the_same_scores_cell_by_cell(graded, graded_zh):
+    """Same answers, same scores: solved full, untouched 0, half between, tampering 0."""
+    _, _, english, _ = graded
+    _, _, chinese, proc = graded_zh
+    table = {s: (v.score, v.max_score, v.per_cell) for s, v in english.items()}
+    assert {s: (v.score, v.max_score, v.per_cell) for s, v in chinese.items()} == table, \
+        proc.stdout[-3000:]
 
 
 def test_solution_scores_full_marks(graded):

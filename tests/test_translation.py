@@ -1,0 +1,166 @@
+"""The Simplified Chinese edition is built from the English source and cannot drift from it.
+
+The English notebooks are the only ones anyone edits; the Chinese prose lives in PO catalogs
+(``translations/zh_CN/``) keyed by cell id. These tests fail, naming the cell, on a missing,
+stale or fuzzy translation, on an edition notebook that is not what the build makes now, on a
+code cell or nbgrader metadata that differs from the English, and on a stale ``zh-CN/release/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, assignments, notebook_path, read
+
+from autograder import translate
+from autograder.release import check_release
+
+ED = translate.edition("zh-CN")
+ZH = ED.root(ROOT)
+ASSIGNMENTS = assignments()
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def test_every_markdown_cell_is_translated_and_current():
+    problems = translate.problems(ED)
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_edition_source_is_what_the_translation_builds_now():
+    stale = translate.stale_sources(ED)
+    assert stale == [], "\n".join(stale)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_code_cells_ids_and_grading_metadata_are_the_english_ones(assignment):
+    en = read(notebook_path(assignment)).cells
+    zh = read(notebook_path(assignment, ZH / "source")).cells
+    assert [c.get("id") for c in zh] == [c.get("id") for c in en]
+    for a, b in zip(en, zh, strict=True):
+        assert a.cell_type == b.cell_type and a.metadata == b.metadata, a.get("id")
+        if a.cell_type == "code":
+            assert a.source == b.source, a.get("id")
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_markdown_cell_of_the_chinese_release_reads_chinese(assignment):
+    cells = read(notebook_path(assignment, ZH / "release")).cells
+    english = [c.get("id") for c in cells if c.cell_type == "markdown"
+               and not CJK.search(c.source)]
+    assert not english, f"Markdown cells without Chinese text: {english}"
+
+
+def _rendered_text(markdown: str) -> str:
+    """What a reader sees of a Markdown cell, code and math left out (JupyterLab renders
+    CommonMark plus tables)."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(markdown)
+    html = re.sub(r"<(code|pre)>.*?</\1>", "", html, flags=re.S)
+    return re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$", "", html, flags=re.S)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_emphasis_is_left_unrendered_in_the_chinese_prose(assignment):
+    """CommonMark does not close ``**`` after a full-width mark when a CJK character follows
+    (``**提示：**从``): the reader would see the asterisks."""
+    broken = [c.get("id") for c in read(notebook_path(assignment, ZH / "source")).cells
+              if c.cell_type == "markdown" and re.search(r"\*\*|(?<![\w*])\*(?!\s)",
+                                                         _rendered_text(c.source))]
+    assert not broken, f"cells showing literal asterisks: {broken}"
+
+
+def test_the_render_check_sees_a_broken_emphasis():
+    assert "**" in _rendered_text("**提示：**从这里开始")
+    assert "**" not in _rendered_text("**提示**：从这里开始，`a ** 2` 不算")
+
+
+@pytest.mark.grading
+def test_the_chinese_release_is_what_nbgrader_generates_now():
+    problems = check_release(ZH)
+    assert problems == [], "\n".join(problems) + "\nrun `autograder release --course zh-CN`"
+
+
+def _course_copy(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    for name in ("source", "translations"):
+        shutil.copytree(ROOT / name, course / name,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return course
+
+
+def test_a_changed_english_cell_fails_the_check_by_name_until_revised(tmp_path):
+    """Edit an English cell: the check names it stale; --update marks it fuzzy (the old
+    translation kept for revision); a revised translation makes the edition whole again."""
+    import nbformat
+
+    course = _course_copy(tmp_path)
+    assignment = ASSIGNMENTS[0]
+    path = course / "source" / assignment / f"{assignment}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next(c for c in nb.cells[2:] if c.cell_type == "markdown")
+    cell.source += "\n\nOne more English sentence."
+    nbformat.write(nb, str(path))
+
+    stale = translate.problems(ED, [assignment], course)
+    assert len(stale) == 1 and repr(cell.id) in stale[0] and "stale" in stale[0]
+    with pytest.raises(ValueError, match="not complete"):
+        translate.build(ED, [assignment], course)
+
+    counts = translate.update(ED, assignment, course)
+    assert counts == {"added": 0, "fuzzy": 1, "dropped": 0}
+    fuzzy = translate.problems(ED, [assignment], course)
+    assert len(fuzzy) == 1 and "fuzzy" in fuzzy[0]
+    entry = translate._by_context(translate.read_catalog(ED, assignment, course))[cell.id]
+    assert entry.previous_msgid and entry.msgstr       # what the translator revises from
+
+    translate.set_translations(ED, assignment, {cell.id: entry.msgstr + "\n\n再多一句。"},
+                               course)
+    assert translate.problems(ED, [assignment], course) == []
+    (built,) = translate.build(ED, [assignment], course)
+    assert "再多一句。" in built.read_text(encoding="utf-8")
+
+
+def test_the_check_names_a_new_cell_a_lost_code_span_and_a_lost_heading(tmp_path):
+    import nbformat
+
+    course = _course_copy(tmp_path)
+    assignment = ASSIGNMENTS[0]
+    path = course / "source" / assignment / f"{assignment}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells.insert(3, nbformat.v4.new_markdown_cell("A new paragraph about `x.grad`.",
+                                                     id="brand-new"))
+    nbformat.write(nb, str(path))
+    assert any("'brand-new'" in p and "not translated" in p
+               for p in translate.problems(ED, [assignment], course))
+    translate.set_translations(ED, assignment, {"brand-new": "关于梯度的一段新文字。"}, course)
+    assert any("'brand-new'" in p and "x.grad" in p
+               for p in translate.problems(ED, [assignment], course))
+    heading = next(c for c in nb.cells if c.cell_type == "markdown"
+                   and c.source.startswith("## ") and not translate.code_spans(c.source))
+    translate.set_translations(ED, assignment, {"brand-new": "关于 `x.grad` 的一段新文字。",
+                                                heading.id: "没有标题了"}, course)
+    problems = translate.problems(ED, [assignment], course)
+    assert len(problems) == 1, problems
+    assert repr(heading.id) in problems[0] and "heading" in problems[0]
+
+
+def test_translate_check_command_exits_1_and_names_the_cell(tmp_path):
+    import nbformat
+
+    course = _course_copy(tmp_path)
+    assignment = ASSIGNMENTS[-1]
+    path = course / "source" / assignment / f"{assignment}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next(c for c in reversed(nb.cells) if c.cell_type == "markdown")
+    cell.source = cell.source.replace(" ", "  ", 1)
+    nbformat.write(nb, str(path))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "translate", "zh-CN", "--check",
+                           "--course", str(course)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert repr(cell.id) in proc.stdout and "stale" in proc.stdout
