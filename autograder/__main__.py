@@ -8,7 +8,8 @@
     autograder site [--out DIR]           the course as an offline static site (docs/site.md)
     autograder translate zh-CN [--update | --check]
                                           build zh-CN/source/ from source/ and the PO catalogs in
-                                          translations/zh_CN/ (docs/translation.md)
+                                          translations/zh_CN/ (translations/zh_CN/README.md);
+                                          then `autograder release --course zh-CN`
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
     course = Path(args.course).resolve()
     names = args.assignments or None
+    # the folders as the instructor names them: release/ here, zh-CN/release/ for --course zh-CN
+    where = "" if course == Path.cwd().resolve() else f"{args.course.rstrip('/')}/"
     if args.check:
         problems = release.check_release(course, names)
         for p in problems:
-            print(p)
+            print(where + p)
         if problems:
-            print("release/ is stale: run `autograder release` and commit the result.")
+            print(f"{where}release/ is stale: run `autograder release"
+                  f"{'' if not where else ' --course ' + args.course}` and commit the result.")
             return 1
-        print("release/ matches what nbgrader generates from source/.")
+        print(f"{where}release/ matches what nbgrader generates from {where}source/.")
         return 0
     for name in release.regenerate(course, names):
-        print(f"regenerated release/{name}")
+        print(f"regenerated {where}release/{name}")
     return 0
 
 
@@ -55,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from autograder import site  # cheap: Sphinx and Jupyter Book load in build()
 
     site.add_parser(sub)
-    from autograder import translate  # cheap: Babel's PO reader only
+    from autograder import translate  # cheap: polib; nbformat loads when a build runs
 
     translate.add_parser(sub)
     return parser
