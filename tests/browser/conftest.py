@@ -102,6 +102,17 @@ class Lab:
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory, playwright_chromium):
+    yield from _serve_lab(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def lab_zh(tmp_path_factory, playwright_chromium):
+    """A JupyterLab whose menus and dialogs are in Simplified Chinese, as the Chinese quick
+    start serves it (the language setting of zh-CN/lab-settings)."""
+    yield from _serve_lab(tmp_path_factory, ROOT / "zh-CN" / "lab-settings")
+
+
+def _serve_lab(tmp_path_factory, settings_from: Path | None = None):
     home = tmp_path_factory.mktemp("lab-home")
     root = tmp_path_factory.mktemp("lab-root")
     env = dict(os.environ)
@@ -119,6 +130,8 @@ def lab(tmp_path_factory, playwright_chromium):
     env.pop("NBGRADER_EXECUTION", None)
     # Render every cell (Lab 4 otherwise virtualizes cells scrolled out of view, so their
     # outputs are not in the page to be checked), and do not ask about Jupyter news.
+    if settings_from is not None:
+        shutil.copytree(settings_from, home / "lab-settings")
     settings = home / "lab-settings" / "@jupyterlab"
     for ext, plugin, value in (("notebook-extension", "tracker", {"windowingMode": "none"}),
                                ("apputils-extension", "notification", {"fetchNews": "false"})):
