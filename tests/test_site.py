@@ -1,9 +1,12 @@
 """The course site (``autograder site``, docs/site.md): built once per session, twice.
 
-The first build executes every lesson (jupyter-cache); the second, with nothing changed,
-must execute none, which is read from jupyter-cache's records and the build's own record,
-not from timing. Then every page is checked as files (links, resources, what it must and
-must not contain) and opened in headless Chromium with every non-file request aborted.
+The site carries both editions: English at the root, Simplified Chinese in ``zh-CN/``. The
+first build executes every English lesson (jupyter-cache) and no Chinese one (the Chinese
+notebooks' code cells are the English ones, so they match the English execution in the shared
+cache); the second, with nothing changed, executes none, which is read from jupyter-cache's
+records and the build's own record, not from timing. Then every page of both editions is
+checked as files (links, resources, what it must and must not contain) and opened in headless
+Chromium with every non-file request aborted.
 """
 
 from __future__ import annotations
@@ -36,13 +39,19 @@ def _run_site(out: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """``(html_dir, first_record, second_record, cache_before, cache_after)``."""
+    """``(html_dir, first_record, second_record, cache_before, cache_after, out)``."""
     out = tmp_path_factory.mktemp("site")
     first = _run_site(out)
     cache_before = site.cache_records(out / "jupyter_cache")
     second = _run_site(out)
     cache_after = site.cache_records(out / "jupyter_cache")
-    return out / "html", first, second, cache_before, cache_after
+    return out / "html", first, second, cache_before, cache_after, out
+
+
+@pytest.fixture(scope="session")
+def texts(built):
+    """Every page's text, read once."""
+    return {p: page_text(p) for p in _pages(built[0])}
 
 
 def _pages(html_dir: Path) -> list[Path]:
@@ -79,18 +88,52 @@ def _squash(text: str) -> str:
 
 
 LESSON_NAMES = [p.stem for p in site.lessons(ROOT)]
+ZH_NAMES = [p.stem for p in site.lessons(ROOT, site.ZH)]
+# (edition folder of the site, lesson): every lesson page of both editions
+EDITION_LESSONS = [("", n) for n in LESSON_NAMES] + [("zh-CN", n) for n in ZH_NAMES]
+
+
+def test_the_chinese_edition_has_every_lesson():
+    assert ZH_NAMES == LESSON_NAMES
+    assert site.editions(ROOT) == [site.EN, site.ZH]
 
 
 # -- the build ------------------------------------------------------------------------------
 
 def test_first_build_executes_every_lesson_the_second_none(built):
-    html_dir, first, second, cache_before, cache_after = built
-    assert sorted(first["executed"]) == sorted(f"{n}.ipynb" for n in LESSON_NAMES)
+    html_dir, first, second, cache_before, cache_after, out = built
+    english = sorted(f"book/lessons/{n}.ipynb" for n in LESSON_NAMES)
+    assert first["editions"]["en"]["executed"] == english
+    assert first["executed"] == english
     assert second["executed"] == []
+    assert second["editions"]["en"]["executed"] == second["editions"]["zh-CN"]["executed"] == []
     # jupyter-cache's own records: the same notebooks, same primary keys, same creation times
     assert cache_after == cache_before
     assert len(cache_after) == len(LESSON_NAMES)
     assert first["pages"] == second["pages"]
+
+
+def test_the_chinese_build_reuses_the_english_execution(built):
+    """The Chinese lessons' code cells are the English ones, and jupyter-cache keys a notebook
+    by its code cells: the Chinese build executes nothing when the English one just ran."""
+    html_dir, first, second, cache_before, cache_after, out = built
+    assert first["editions"]["zh-CN"]["executed"] == []
+    # jupyter-cache's records hold the English executions only ...
+    assert sorted(cache_before) == sorted(str(out / "book" / "lessons" / f"{n}.ipynb")
+                                          for n in LESSON_NAMES)
+    # ... and each Chinese notebook, as staged, matches its English lesson's record
+    chinese = [out / "zh-CN" / "book" / "lessons" / f"{n}.ipynb" for n in ZH_NAMES]
+    matches = site.cache_matches(out / "jupyter_cache", chinese)
+    assert matches == {str(nb): str(out / "book" / "lessons" / nb.name) for nb in chinese}
+    assert first["reused"] == second["reused"] == {
+        f"zh-CN/book/lessons/{n}.ipynb": f"book/lessons/{n}.ipynb" for n in ZH_NAMES}
+    # the Chinese pages show the English execution's outputs, in Chinese prose
+    for name in ZH_NAMES:
+        zh = (html_dir / "zh-CN" / "lessons" / f"{name}.html").read_text()
+        assert zh.count('class="site-states ') == (
+            html_dir / "lessons" / f"{name}.html").read_text().count('class="site-states ')
+        assert re.search(r"[\u4e00-\u9fff]", page_text(html_dir / "zh-CN" / "lessons"
+                                                       / f"{name}.html"))
 
 
 def test_pages_of_the_site(built):
@@ -98,8 +141,19 @@ def test_pages_of_the_site(built):
     names = {p.relative_to(html_dir).as_posix() for p in _pages(html_dir)}
     expected = {"index.html", "glossary.html", "docs/doctor.html",
                 *(f"lessons/{n}.html" for n in LESSON_NAMES),
-                *(f"{d[:-3]}.html" for d in site.INSTRUCTOR_DOCS)}
+                *(f"{d[:-3]}.html" for d in site.INSTRUCTOR_DOCS),
+                "zh-CN/index.html", "zh-CN/glossary.html",
+                *(f"zh-CN/lessons/{n}.html" for n in ZH_NAMES)}
     assert expected <= names
+    # the docs exist only in English: the Chinese edition has no copy of them
+    assert not (html_dir / "zh-CN" / "docs").exists()
+    assert '<html lang="zh-CN"' in (html_dir / "zh-CN" / "index.html").read_text()
+    assert '<html lang="en"' in (html_dir / "index.html").read_text()
+    # site/_static as it is now, in both editions (Sphinx alone copies it only when a page is
+    # out of date)
+    for f in (ROOT / "site" / "_static").iterdir():
+        for where in (html_dir, html_dir / "zh-CN"):
+            assert (where / "_static" / f.name).read_bytes() == f.read_bytes(), (where, f)
 
 
 def test_no_external_resource(built):
@@ -118,6 +172,11 @@ def test_mathjax_served_from_the_site(built):
     page = (html_dir / "lessons" / "06_inplace.html").read_text()
     assert "_static/mathjax/tex-chtml.js" in page
     assert (html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    # the Chinese edition uses the same copy
+    zh = html_dir / "zh-CN" / "lessons" / "06_inplace.html"
+    src = re.search(r'src="([^"]*mathjax/tex-chtml\.js)"', zh.read_text()).group(1)
+    assert (zh.parent / src).resolve() == (html_dir / "_static" / "mathjax" /
+                                           "tex-chtml.js").resolve()
 
 
 def test_internal_links_resolve(built):
@@ -154,6 +213,61 @@ def test_front_page_is_the_course_map(built):
     for name in LESSON_NAMES:
         assert f"lessons/{name}.html" in links, name
     assert "Course map" in page_text(page)
+    assert _body_link(page, "glossary.html", "glossary")  # in the text, not only the sidebar
+
+
+def _body_link(page: Path, href: str, text: str) -> bool:
+    """Whether the page's text (the sidebar names its pages differently) links ``text``."""
+    return bool(re.search(rf'href="{re.escape(href)}"[^>]*>(?:<[^>]+>)*{re.escape(text)}<',
+                          page.read_text()))
+
+
+def test_chinese_front_page_is_the_chinese_course_map(built):
+    page = built[0] / "zh-CN" / "index.html"
+    links = site.parse_page(page).links
+    text = page_text(page)
+    for name in ZH_NAMES:
+        assert f"lessons/{name}.html" in links, name
+    assert "课程地图" in text
+    readme = (ROOT / "README.zh-CN.md").read_text()
+    assert re.search(r"^# (.+)$", readme, re.M).group(1) in text
+    # the doctor's and the instructors' docs: the English pages, said to be English
+    for doc in (site.DOCTOR_DOC, *site.INSTRUCTOR_DOCS):
+        assert f"../{doc[:-3]}.html" in links, doc
+    assert text.count("英文文档") >= 2
+    assert _body_link(page, "glossary.html", "术语表")
+    # README.zh-CN.md breaks its lines inside Chinese paragraphs: no break shows as a space
+    opening = readme.split("\n## ")[0].split("\n\n")[2]  # after the title and language line
+    section = readme.split("## 课程地图")[1].split("\n## ")[0]
+    breaks = re.findall(r"([\u4e00-\u9fff]{2})\n([\u4e00-\u9fff]{2})", opening + section)
+    assert len(breaks) >= 4
+    for before, after in breaks:
+        assert before + after in text, (before, after)
+
+
+def _edition_link(page: Path, label: str) -> list[Path]:
+    """Where the page's links named ``label`` (English, 简体中文) lead, as files."""
+    found = re.findall(r'<a [^>]*href="([^"]+)"[^>]*>\s*' + re.escape(label) + r"\s*</a>",
+                       page.read_text())
+    return [(page.parent / unquote(urlsplit(h).path)).resolve() for h in found]
+
+
+def test_every_page_links_to_the_other_edition(built):
+    html_dir = built[0]
+    for page in _pages(html_dir):
+        rel = page.relative_to(html_dir)
+        if rel.parts[0] == "zh-CN":
+            other, label = html_dir / Path(*rel.parts[1:]), "English"
+        else:
+            other, label = html_dir / "zh-CN" / rel, "简体中文"
+        if not other.exists():  # the English-only docs: the Chinese front page
+            other = html_dir / ("zh-CN" if label == "简体中文" else "") / "index.html"
+        targets = _edition_link(page, label)
+        assert targets, (rel, label)
+        assert set(targets) == {other.resolve()}, (rel, targets, other)
+    # the front pages say it in their text too (English · 简体中文)
+    assert "English · 简体中文" in page_text(html_dir / "index.html")
+    assert "English · 简体中文" in page_text(html_dir / "zh-CN" / "index.html")
 
 
 def test_glossary_lists_every_entry(built):
@@ -170,6 +284,20 @@ def test_glossary_lists_every_entry(built):
         assert key in text
 
 
+def test_chinese_glossary_lists_every_entry(built):
+    from course import themes
+
+    text = page_text(built[0] / "zh-CN" / "glossary.html")
+    assert set(themes.GLOSSARY_ZH) == set(themes.THEMES)
+    for theme in themes.THEMES:
+        assert set(themes.GLOSSARY_ZH[theme]) == set(themes.GLOSSARY[theme])
+        for key, word in themes.GLOSSARY_ZH[theme].items():
+            assert _squash(word) in text, (theme, key, word)
+            assert key in text, key
+    for heading in ("技术术语", "快递网络", "厨房"):
+        assert heading in text
+
+
 def _site_inputs(book: Path) -> str:
     """All the text the site is built from (the staged notebooks and pages), squashed."""
     texts = []
@@ -182,11 +310,12 @@ def _site_inputs(book: Path) -> str:
     return "\n".join(_squash(t) for t in texts)
 
 
-def _solution_lines(name: str, inputs: str) -> tuple[list[str], list[str]]:
-    """Whole solution and hidden-test blocks of source/, and their lines that appear nowhere
-    in what the site is built from (``h.retain_grad()`` is also lesson text, so such a line
-    proves nothing; a line the site's inputs lack must not reach a page either)."""
-    src = nbformat.read(str(ROOT / "source" / name / f"{name}.ipynb"), as_version=4)
+def _solution_lines(name: str, inputs: str, root: str = "") -> tuple[list[str], list[str]]:
+    """Whole solution and hidden-test blocks of source/ (``zh-CN/source/``), and their lines
+    that appear nowhere in what the site is built from (``h.retain_grad()`` is also lesson
+    text, so such a line proves nothing; a line the site's inputs lack must not reach a page
+    either)."""
+    src = nbformat.read(str(ROOT / root / "source" / name / f"{name}.ipynb"), as_version=4)
     solutions, hidden = [], []
     for cell in src.cells:
         for begin, end, into in (("### BEGIN SOLUTION", "### END SOLUTION", solutions),
@@ -202,19 +331,26 @@ def _solution_lines(name: str, inputs: str) -> tuple[list[str], list[str]]:
     return solutions, hidden
 
 
-@pytest.mark.parametrize("name", LESSON_NAMES)
-def test_no_solution_or_hidden_test_in_the_site(built, name):
-    solutions, hidden = _solution_lines(name, _site_inputs(built[0].parent / "book"))
-    assert solutions, "no solution found in source/: the test would check nothing"
-    texts = {p: page_text(p) for p in _pages(built[0])}
+@pytest.fixture(scope="session")
+def site_inputs(built):
+    out = built[5]
+    return _site_inputs(out / "book") + "\n" + _site_inputs(out / "zh-CN" / "book")
+
+
+@pytest.mark.parametrize("root,name", EDITION_LESSONS)
+def test_no_solution_or_hidden_test_in_the_site(texts, site_inputs, root, name):
+    """source/'s and zh-CN/source/'s solutions and hidden tests, in no page of either
+    edition."""
+    solutions, hidden = _solution_lines(name, site_inputs, root)
+    assert solutions, f"no solution found in {root or '.'}/source/: the test checks nothing"
     for line in solutions + hidden:
         for page, text in texts.items():
             assert line not in text, (name, line, page)
 
 
-@pytest.mark.parametrize("name", LESSON_NAMES)
-def test_lesson_page_has_no_traceback_and_shows_its_exercises(built, name):
-    page = built[0] / "lessons" / f"{name}.html"
+@pytest.mark.parametrize("root,name", EDITION_LESSONS)
+def test_lesson_page_has_no_traceback_and_shows_its_exercises(built, root, name):
+    page = built[0] / root / "lessons" / f"{name}.html"
     raw = page.read_text()
     text = page_text(page)
     assert "Traceback (most recent call last)" not in text  # (anomaly mode's report is content)
@@ -231,9 +367,9 @@ def _explorer_cells(name: str) -> int:
                and "class " not in c.source)
 
 
-@pytest.mark.parametrize("name", LESSON_NAMES)
-def test_every_explorer_shows_its_states(built, name):
-    raw = (built[0] / "lessons" / f"{name}.html").read_text()
+@pytest.mark.parametrize("root,name", EDITION_LESSONS)
+def test_every_explorer_shows_its_states(built, root, name):
+    raw = (built[0] / root / "lessons" / f"{name}.html").read_text()
     count = raw.count('class="site-states ')
     assert count >= 1 and count >= _explorer_cells(name), (name, count)
     assert "jupyter-widgets" not in raw and "widget-state" not in raw
@@ -333,4 +469,39 @@ def test_explorer_states_step_without_a_kernel(built, offline_page):
     hook.locator(".site-pick", has_text="no hook").click()
     assert hook.locator(".site-state:visible .xp-lines").inner_text() != numbers
     hook.screenshot(path=str(ARTIFACTS / "site-04_hooks-explorer.png"))
+    assert errors == [] and aborted == []
+
+
+# Draws two different CJK characters in the page's own font: with no CJK font they are the
+# same missing-glyph box, pixel for pixel.
+_CJK_GLYPHS = """() => {
+  const font = getComputedStyle(document.querySelector('article') || document.body).fontFamily;
+  const draw = (ch) => {
+    const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+    const g = c.getContext('2d'); g.fillStyle = '#000'; g.font = '48px ' + font;
+    g.fillText(ch, 4, 52); return c.toDataURL();
+  };
+  return {font: font, differ: draw('叶') !== draw('梯'), ink: draw('叶') !== draw(' ')};
+}"""
+
+
+@pytest.mark.browser
+def test_chinese_pages_render_cjk_glyphs(built, offline_page):
+    page, aborted, errors = offline_page
+    ARTIFACTS.mkdir(exist_ok=True)
+    html_dir = built[0]
+    page.goto((html_dir / "zh-CN" / "index.html").as_uri())
+    glyphs = page.evaluate(_CJK_GLYPHS)
+    assert glyphs["differ"] and glyphs["ink"], glyphs
+    page.screenshot(path=str(ARTIFACTS / "site-zh-CN-index.png"))
+    page.goto((html_dir / "zh-CN" / "lessons" / "01_leaves.html").as_uri())
+    assert page.evaluate(_CJK_GLYPHS)["differ"]
+    page.screenshot(path=str(ARTIFACTS / "site-zh-CN-01_leaves-page.png"))
+    # the header's link goes to the English page, and back
+    page.locator("a.site-edition-switch").first.click()
+    page.wait_for_load_state("load")
+    assert page.url == (html_dir / "lessons" / "01_leaves.html").as_uri()
+    page.locator("a.site-edition-switch").first.click()
+    page.wait_for_load_state("load")
+    assert page.url == (html_dir / "zh-CN" / "lessons" / "01_leaves.html").as_uri()
     assert errors == [] and aborted == []
