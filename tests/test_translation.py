@@ -74,6 +74,25 @@ def test_no_emphasis_is_left_unrendered_in_the_chinese_prose(assignment):
     assert not broken, f"cells showing literal asterisks: {broken}"
 
 
+_FULL = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+# a line break between two Chinese characters: browsers show it as a space inside a word
+_CJK_BREAK = re.compile(rf"[{_FULL}]\n[ \t]*[{_FULL}]")
+
+
+def _prose(markdown: str) -> str:
+    return re.sub(r"^```.*?^```[ \t]*$", "", markdown, flags=re.M | re.S)
+
+
+def test_no_line_break_splits_chinese_text():
+    found = [f"{a} {c.get('id')}" for a in ASSIGNMENTS
+             for c in read(notebook_path(a, ZH / "source")).cells
+             if c.cell_type == "markdown" and _CJK_BREAK.search(_prose(c.source))]
+    for path in (ROOT / "README.zh-CN.md", ROOT / "translations" / "zh_CN" / "README.md"):
+        for m in _CJK_BREAK.finditer(_prose(path.read_text(encoding="utf-8"))):
+            found.append(f"{path.relative_to(ROOT)}: {m.group(0)!r}")
+    assert not found, found
+
+
 def test_the_render_check_sees_a_broken_emphasis():
     assert "**" in _rendered_text("**提示：**从这里开始")
     assert "**" not in _rendered_text("**提示**：从这里开始，`a ** 2` 不算")
