@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 
 import nbformat
 import pytest
@@ -82,31 +83,54 @@ def _submit_all(course, assignment, release=RELEASE):
         submission(assignment, solve=set(), release=release), TAMPER_CHECKS))
 
 
+_ZH: dict[str, dict] = {}   # assignment -> the Chinese edition's grading (see graded_zh)
+
+
+def _grade_chinese_edition(assignment: str, tmp, out: dict) -> None:
+    """The same five submissions in the Chinese edition (zh-CN/), graded by the fast grader
+    (``autograder grade``, itself proven equal to stock nbgrader in test_grade_cli.py), with
+    one worker: it runs beside stock nbgrader's English autograde, one core each."""
+    try:
+        course = make_course(tmp, ZH / "source")
+        nbgrader("generate_assignment", assignment, "--force", course=course)
+        _submit_all(course, assignment, ZH / "release")
+        command = [sys.executable, "-m", "autograder", "grade", assignment, "--force",
+                   "--workers", "1", "--no-calibrate", *SANDBOX_ARGS]
+        proc = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
+                              text=True, timeout=1200)
+        out.update(course=course, proc=proc,
+                   scores=read_scores(course, assignment) if proc.returncode == 0 else None)
+    except BaseException as exc:  # noqa: BLE001 -- reported by the test that reads it
+        out["error"] = exc
+
+
 @pytest.fixture(scope="module", params=assignments())
 def graded(request, tmp_path_factory):
     assignment = request.param
-    course = make_course(tmp_path_factory.mktemp(assignment))
-    nbgrader("generate_assignment", assignment, "--force", course=course)
-    _submit_all(course, assignment)
-    proc = nbgrader("autograde", assignment, "--force", course=course)
-    scores = read_scores(course, assignment)
+    zh = _ZH[assignment] = {}
+    chinese = threading.Thread(target=_grade_chinese_edition,
+                               args=(assignment, tmp_path_factory.mktemp(f"{assignment}-zh"), zh))
+    chinese.start()
+    try:
+        course = make_course(tmp_path_factory.mktemp(assignment))
+        nbgrader("generate_assignment", assignment, "--force", course=course)
+        _submit_all(course, assignment)
+        proc = nbgrader("autograde", assignment, "--force", course=course)
+        scores = read_scores(course, assignment)
+    finally:
+        chinese.join()
     return assignment, course, scores, proc
 
 
 @pytest.fixture(scope="module")
-def graded_zh(graded, tmp_path_factory):
-    """The same five submissions in the Chinese edition (zh-CN/), graded by the fast grader
-    (``autograder grade``, itself proven equal to stock nbgrader in test_grade_cli.py)."""
-    assignment = graded[0]
-    course = make_course(tmp_path_factory.mktemp(f"{assignment}-zh"), ZH / "source")
-    nbgrader("generate_assignment", assignment, "--force", course=course)
-    _submit_all(course, assignment, ZH / "release")
-    command = [sys.executable, "-m", "autograder", "grade", assignment, "--force",
-               "--no-calibrate", *SANDBOX_ARGS]
-    proc = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
-                          text=True, timeout=1200)
+def graded_zh(graded):
+    """The Chinese edition's grading of the same answers (started by ``graded``)."""
+    zh = _ZH[graded[0]]
+    if "error" in zh:
+        raise zh["error"]
+    proc = zh["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return assignment, course, read_scores(course, assignment), proc
+    return graded[0], zh["course"], zh["scores"], proc
 
 
 def test_the_chinese_edition_earns_the_same_scores_cell_by_cell(graded, graded_zh):
