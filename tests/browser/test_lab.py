@@ -57,12 +57,13 @@ def place_notebook(nb: Notebook, lab) -> str:
     return lab.copy_in(nb.path)
 
 
-def run_all(page, lab, name: str) -> None:
+def run_all(page, lab, name: str, menu: str = "Run") -> None:
+    """Open ``name`` and run all its cells from the ``menu`` menu (its label in Lab's language)."""
     page.goto(lab.url(name))
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     lab.wait_kernel_idle(name)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-MenuBar-item", has_text=menu).first.click()
     page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
     page.wait_for_function(
         """() => {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_lab import assert_nothing_scrolls_sideways, changed, outputs_text
+from test_lab import assert_nothing_scrolls_sideways, changed, outputs_text, run_all
 
 pytestmark = [pytest.mark.browser]
 
@@ -32,25 +32,13 @@ GLYPHS = """(el) => {
 def test_a_chinese_lesson_in_chinese_jupyterlab(lab_zh, page):
     name = lab_zh.copy_in("zh-CN/release/01_leaves/01_leaves.ipynb")
     try:
-        page.goto(lab_zh.url(name))
-        page.wait_for_selector(".jp-Notebook .jp-Cell")
-        lab_zh.wait_kernel_idle(name)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        run_all(page, lab_zh, name, menu="运行")                  # JupyterLab speaks Chinese
         menus = page.locator(".lm-MenuBar-item").all_inner_texts()
-        assert "运行" in menus and "文件" in menus, menus        # JupyterLab speaks Chinese
+        assert "运行" in menus and "文件" in menus, menus
         heading = page.locator(".jp-MarkdownOutput h1").first
         assert CJK.search(heading.inner_text())
         glyphs = heading.evaluate(GLYPHS)
         assert glyphs["differ"] and glyphs["inked"], f"no CJK glyphs in {glyphs['font']}"
-
-        page.locator(".lm-MenuBar-item", has_text="运行").first.click()
-        page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
-        page.wait_for_function(
-            """() => {
-                const p = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]
-                    .map(e => e.textContent);
-                return p.length > 0 && !p.some(t => t.includes('*')) && /\\d/.test(p[0]);
-            }""", timeout=180_000)
         assert "NotImplementedError" in outputs_text(page)   # the first unanswered question
         assert page.locator(".jp-Dialog").count() == 0
         page.wait_for_selector(".graph-explorer .ge-figure img")
