@@ -193,7 +193,9 @@ def question_label(question: str, part: str | None = None) -> str:
 
 
 def _plain(s: str) -> str:
-    return re.sub(r"`([^`]+)`", r"\1", s)
+    from course.markup import plain
+
+    return plain(s)
 
 
 def _text(value) -> str:
@@ -792,7 +794,7 @@ def _e(s) -> str:
 
 def _rich(s: str) -> str:
     """Feedback text as the notebook shows it: `code` as code, *stress* in italics."""
-    from autograder.feedback import _rich as rich
+    from course.markup import rich
 
     return re.sub(r"(?<![\w*])\*(\w[^*<>]*?)\*(?![\w*])", r"<em>\1</em>", rich(s))
 
