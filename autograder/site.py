@@ -312,22 +312,11 @@ def course_map(course: Path, edition: Edition = EN) -> str:
     return text
 
 
-_CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef"  # with full-width punctuation
-_CJK_BREAK = re.compile(rf"(?<=[{_CJK}])\n(?=[{_CJK}`*\[《“（])|(?<=[`*)\]》”）])\n(?=[{_CJK}])")
-
-
-def join_cjk_lines(text: str) -> str:
-    """Markdown written with line breaks inside Chinese paragraphs (README.zh-CN.md): a
-    browser shows each break as a space between two characters, so a break next to Chinese
-    text is removed (never one that starts a list item, a table row or a block)."""
-    return _CJK_BREAK.sub("", text)
-
-
 def course_map_zh(course: Path, edition: Edition = ZH) -> str:
     """The Chinese front page: README.zh-CN.md's title, opening and course map (课程地图),
     its links pointing at the Chinese lessons' pages, and the English docs named as such."""
     title, intro, body = _readme_parts(course, edition, "课程地图")
-    intro, body = (rewrite_links(join_cjk_lines(t), edition.readme, "index.md", course, edition)
+    intro, body = (rewrite_links(t, edition.readme, "index.md", course, edition)
                    for t in (intro, body))
     switch = _other_editions_line(edition, course, "index.md")
     doc = edition_href(edition, "index.md", EN, DOCTOR_DOC)
