@@ -29,6 +29,7 @@ from autograder import verdict as _verdict_module
 from autograder.client import OracleUnavailable, ask
 from autograder.encoding import AnswerEncodingError
 from autograder.verdict import MIME_TYPE, Verdict
+from course.i18n import _
 
 __all__ = [
     "checker", "check", "grade", "verify", "Checker", "Feedback", "NotYetRight", "format_verdict",
@@ -50,9 +51,11 @@ def _verdict(lesson: str, qid: str, answer, part: str | None, variant: str) -> V
     try:
         data = ask(lesson, qid, answer, part=None, variant=variant)
     except AnswerEncodingError as exc:
-        data = Verdict.problem(qid, f"Your answer could not be read: {exc}.").to_json()
+        data = Verdict.problem(qid, _("Your answer could not be read: {error}.",
+                                      error=exc)).to_json()
     except OracleUnavailable as exc:
-        data = Verdict.problem(qid, f"Could not check {qid}: {exc}.").to_json()
+        data = Verdict.problem(qid, _("Could not check {qid}: {error}.", qid=qid,
+                                      error=exc)).to_json()
     return Verdict.from_json(data).for_part(part)
 
 

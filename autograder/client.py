@@ -202,4 +202,8 @@ def ask(lesson: str, question: str, answer, part: str | None = None,
         "variant": variant,
         "answer": encode(answer),
     }
+    from course.i18n import SOURCE_LANGUAGE, language
+
+    if language() != SOURCE_LANGUAGE:  # the verdict is written in the learner's language
+        request["language"] = language()
     return oracle().ask(request, timeout)

@@ -16,18 +16,20 @@ from __future__ import annotations
 import html as _html
 
 from autograder.verdict import MIME_TYPE, RIGHT, TODO, WRONG, Verdict
+from course.i18n import N_, _
 from course.markup import plain, rich
 
 MARK = {RIGHT: "\u2713", WRONG: "\u2717", TODO: "\u2026"}
 COLOUR = {RIGHT: "#1a7f37", WRONG: "#b3261e", TODO: "#6e5600"}
-WORD = {RIGHT: "right", WRONG: "wrong", TODO: "not answered yet"}
+WORD = {RIGHT: N_("right"), WRONG: N_("wrong"), TODO: N_("not answered yet")}
 
 
 def label(verdict: Verdict) -> str:
     """``Q3 (none)``, the way the notebook numbers its questions."""
     qid = verdict.question
-    name = f"Q{qid[1:]}" if qid[:1] == "q" and qid[1:].isdigit() else qid
-    return name if verdict.part is None else f"{name} ({verdict.part})"
+    name = _("Q{number}", number=qid[1:]) if qid[:1] == "q" and qid[1:].isdigit() else qid
+    return name if verdict.part is None else _("{question} ({part})", question=name,
+                                               part=verdict.part)
 
 
 def summary(verdict: Verdict) -> str:
@@ -35,15 +37,14 @@ def summary(verdict: Verdict) -> str:
     n, ok = verdict.total, verdict.right
     todo_n = sum(1 for f in verdict.findings if f.status == TODO)
     if verdict.passed:
-        return "all right" if n == 1 else f"all {n} right"
+        return _("all right") if n == 1 else _("all {n} right", n=n)
     if not verdict.answered:
-        return "not answered yet"
+        return _("not answered yet")
     if n == 1:
-        return "not right yet"
-    text = f"{ok} of {n} right"
+        return _("not right yet")
     if todo_n:
-        text += f", {todo_n} not answered yet"
-    return text
+        return _("{right} of {n} right, {todo} not answered yet", right=ok, n=n, todo=todo_n)
+    return _("{right} of {n} right", right=ok, n=n)
 
 
 def headline(verdict: Verdict) -> str:
@@ -59,10 +60,21 @@ def _misconception(key: str) -> tuple[str, str]:
     m = MISCONCEPTIONS.get(key)
     if m is None:
         return key, ""
-    where = f"lesson {m.lesson[:2]}"
     if getattr(m, "section", ""):
-        where += f", \u201c{m.section}\u201d"
-    return m.name, where
+        where = _("lesson {number}, \u201c{section}\u201d", number=m.lesson[:2],
+                  section=_(m.section))
+    else:
+        where = _("lesson {number}", number=m.lesson[:2])
+    return _(m.name), where
+
+
+def _belief(name: str, where: str) -> str:
+    """The line under a wrong item naming the belief it reveals (``name`` and ``where``
+    already rendered as text or HTML)."""
+    if where:
+        return _("This looks like a common belief: {name} (see {where}).", name=name,
+                 where=where)
+    return _("This looks like a common belief: {name}.", name=name)
 
 
 def _distinct(verdict: Verdict) -> list:
@@ -84,8 +96,7 @@ def text(verdict: Verdict) -> str:
         lines.append(f"  {MARK[f.status]} {plain(f.text)}")
         if f.misconception:
             name, where = _misconception(f.misconception)
-            lines.append(f"      This looks like a common belief: {plain(name)}"
-                         + (f" (see {plain(where)})." if where else "."))
+            lines.append("      " + _belief(plain(name), plain(where)))
     return "\n".join(lines)
 
 
@@ -99,11 +110,10 @@ def html(verdict: Verdict) -> str:
         if f.misconception:
             name, where = _misconception(f.misconception)
             myth = ('<div style="color:#444;font-style:italic;margin-left:1.4em">'
-                    f"This looks like a common belief: {rich(name)}"
-                    + (f" (see {rich(where)})" if where else "") + ".</div>")
+                    f"{_belief(rich(name), rich(where))}</div>")
         rows.append(
             f'<li style="margin:0.15em 0"><span style="color:{COLOUR[f.status]};'
-            f'font-weight:bold" title="{WORD[f.status]}">{MARK[f.status]}</span> '
+            f'font-weight:bold" title="{_(WORD[f.status])}">{MARK[f.status]}</span> '
             f"{rich(f.text)}{myth}</li>")
     return (f'<div class="autograder-feedback">{head}'
             f'<ul style="list-style:none;padding-left:1em;margin:0.2em 0">{"".join(rows)}</ul>'

@@ -26,6 +26,8 @@ import sys
 import time
 import traceback
 
+from course.i18n import LANGUAGES, _, using
+
 DEFAULT_TIMEOUT = 20.0
 
 
@@ -41,11 +43,18 @@ def load_lesson(assignment: str):
 
 
 def evaluate(request: dict) -> dict:
-    """Grade one request in this process and return the verdict as JSON data.
+    """Grade one request in this process and return the verdict as JSON data, written in the
+    request's ``language`` (English by default).
 
     The whole question is graded (``part`` only selects the view returned), so a verdict
     carries every part and the kernel can answer each part's graded cell from it.
     """
+    language = request.get("language")
+    with using(language if language in LANGUAGES else None):
+        return _evaluate(request)
+
+
+def _evaluate(request: dict) -> dict:
     from autograder.encoding import decode
     from autograder.verdict import Verdict
 
@@ -53,19 +62,20 @@ def evaluate(request: dict) -> dict:
     try:
         question = load_lesson(request["lesson"])[qid]
     except (KeyError, ImportError, ValueError) as exc:
-        return Verdict.problem(qid, f"Unknown question: {exc}").to_json()
+        return Verdict.problem(qid, _("Unknown question: {error}", error=exc)).to_json()
     part = request.get("part")
     if part is not None and part not in question.parts():
-        return Verdict.problem(qid, f"Question {qid} has no part {part!r}.").to_json()
+        return Verdict.problem(qid, _("Question {qid} has no part {part!r}.", qid=qid,
+                                      part=part)).to_json()
     answer = decode(request.get("answer"))
     variant = request.get("variant", "visible")
     try:
         verdict = question.grade(answer, None, variant)
     except Exception as exc:  # a bug in the question itself: say so plainly
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        verdict = Verdict.problem(qid, f"The checker itself failed ({detail}).")
+        verdict = Verdict.problem(qid, _("The checker itself failed ({error}).", error=detail))
     verdict.question, verdict.parts, verdict.variant = qid, question.parts(), variant
-    verdict.title = question.title
+    verdict.title = _(question.title)
     return verdict.for_part(part).to_json()
 
 
@@ -83,7 +93,6 @@ def evaluate_in_child(request: dict, timeout: float) -> dict:
 
 def _evaluate_forked(request: dict, timeout: float) -> tuple[dict, bool]:
     """The verdict, and whether the child gave it (rather than timing out or crashing)."""
-    from autograder.verdict import Verdict
 
     qid = request.get("question", "?")
     read_fd, write_fd = os.pipe()
@@ -108,7 +117,7 @@ def _evaluate_forked(request: dict, timeout: float) -> tuple[dict, bool]:
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([read_fd], [], [], left)
+            ready = select.select([read_fd], [], [], left)[0]
             if not ready:
                 continue
             chunk = os.read(read_fd, 1 << 16)
@@ -122,26 +131,33 @@ def _evaluate_forked(request: dict, timeout: float) -> tuple[dict, bool]:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status = os.waitpid(pid, 0)
-    if timed_out:
-        return Verdict.problem(
-            qid, f"Checking took longer than {timeout:g} s and was stopped: does your code loop forever?",
-            answered=True,
-        ).to_json(), False
-    if chunks:
+    status = os.waitpid(pid, 0)[1]
+    if chunks and not timed_out:
         try:
             return json.loads(b"".join(chunks)), True
         except ValueError:
             pass
-    if os.WIFSIGNALED(status):
-        how = f"was killed by signal {os.WTERMSIG(status)}"
+    language = request.get("language")
+    with using(language if language in LANGUAGES else None):
+        return _failed(qid, timeout, timed_out, status), False
+
+
+def _failed(qid: str, timeout: float, timed_out: bool, status: int) -> dict:
+    """The verdict of a child that gave none: it timed out or died."""
+    from autograder.verdict import Verdict
+
+    if timed_out:
+        text = _("Checking took longer than {seconds} s and was stopped: does your code loop "
+                 "forever?", seconds=f"{timeout:g}")
+    elif os.WIFSIGNALED(status):
+        text = _("The checker process running your code was killed by signal {signal} before "
+                 "giving a result (does your code call `exit()` or crash the interpreter?).",
+                 signal=os.WTERMSIG(status))
     else:
-        how = f"exited with code {os.WEXITSTATUS(status)}"
-    return Verdict.problem(
-        qid, f"The checker process running your code {how} before giving a result "
-        "(does your code call exit() or crash the interpreter?).",
-        answered=True,
-    ).to_json(), False
+        text = _("The checker process running your code exited with code {code} before giving "
+                 "a result (does your code call `exit()` or crash the interpreter?).",
+                 code=os.WEXITSTATUS(status))
+    return Verdict.problem(qid, text, answered=True).to_json()
 
 
 def serve() -> None:

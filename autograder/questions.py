@@ -30,6 +30,7 @@ from typing import Any
 from autograder.encoding import ExceptionName, LearnerFunction, TensorValue
 from autograder.misconceptions import diagnose_error
 from autograder.verdict import RIGHT, TODO, WRONG, Finding, Verdict, right, todo, wrong
+from course.i18n import _
 
 __all__ = [
     "RIGHT", "TODO", "WRONG", "Finding", "Verdict", "right", "todo", "wrong",
@@ -178,7 +179,8 @@ class Predict(Question):
         if not isinstance(answer, dict):
             return Verdict.problem(
                 self.qid,
-                f"Expected a dict with the keys {[i.key for i in self.items]}, got {show(answer)}.",
+                _("Expected a dict with the keys {keys}, got {answer}.",
+                  keys=[i.key for i in self.items], answer=show(answer)),
             )
         facts = self.scenario()
         return Verdict(self.qid, [self.judge(item, answer, facts[item.key]) for item in items])
@@ -187,16 +189,18 @@ class Predict(Question):
         """The finding for one blank: right, wrong (and why, and which belief), or not answered."""
         key, p = item.key, item.part
         if key not in answer:
-            return todo(f"`{key}`: missing from your answer.", item=key, part=p)
+            return todo(_("`{key}`: missing from your answer.", key=key), item=key, part=p)
         given = answer[key]
         if given is Ellipsis:
-            return todo(f"`{key}`: not answered yet (still `...`).", item=key, part=p)
+            return todo(_("`{key}`: not answered yet (still `...`).", key=key), item=key, part=p)
         if values_equal(given, expected, item.tol):
-            return right(f"`{key}`: {show(given)}, right.", item=key, part=p)
-        if isinstance(expected, bool) and not isinstance(given, bool):
-            return wrong(f"`{key}`: answer with True or False, not {show(given)}.", item=key,
+            return right(_("`{key}`: {given}, right.", key=key, given=show(given)), item=key,
                          part=p)
-        return wrong(f"`{key}`: you said {show(given)}; torch says {show(expected)}. {item.why}",
+        if isinstance(expected, bool) and not isinstance(given, bool):
+            return wrong(_("`{key}`: answer with True or False, not {given}.", key=key,
+                           given=show(given)), item=key, part=p)
+        return wrong(_("`{key}`: you said {given}; torch says {expected}. {why}", key=key,
+                       given=show(given), expected=show(expected), why=_(item.why)),
                      item.myth_for(given, expected), item=key, part=p)
 
 
@@ -266,8 +270,9 @@ def run_learner(fn: LearnerFunction, *args: Any, **kwargs: Any) -> CodeRun:
             result = func(*args, **kwargs)
         except NameError as exc:
             raise LearnerCodeError(
-                f"{exc}. The checker runs your function on its own, with only torch, nn, F "
-                "and math available: define or import everything it needs inside it.",
+                _("{error}. The checker runs your function on its own, with only torch, nn, "
+                  "F and math available: define or import everything it needs inside it.",
+                  error=exc),
                 "NameError",
             ) from None
         except Exception as exc:
@@ -279,7 +284,8 @@ def _short_tb(exc: BaseException) -> str:
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<your function")
     ]
-    where = f" (line {frames[-1].lineno - 1} of your function)" if frames else ""
+    where = (_(" (line {line} of your function)", line=frames[-1].lineno - 1) if frames
+             else "")
     return f"{type(exc).__name__}: {exc}{where}"
 
 
@@ -306,18 +312,21 @@ class Requirement:
         try:
             outcome = self.test(run)
         except Exception as exc:  # the result had the wrong shape for this test
-            outcome = (False, f"this could not be checked ({type(exc).__name__}: {exc}).")
+            outcome = (False, _("this could not be checked ({error}).",
+                                error=f"{type(exc).__name__}: {exc}"))
         if not isinstance(outcome, tuple):
             outcome = (bool(outcome), "")
         ok, detail = bool(outcome[0]), outcome[1] if len(outcome) > 1 else ""
         if ok:
-            return right(f"{self.text}: yes.", part=self.part)
+            return right(_("{requirement}: yes.", requirement=_(self.text)), part=self.part)
         myth = outcome[2] if len(outcome) > 2 else self.myth_for(run)
         detail = detail.strip()
-        if detail and detail[-1] not in ".?!)":
-            detail += "."
-        return wrong(f"{self.text}: no{'. ' + detail[0].upper() + detail[1:] if detail else '.'}",
-                     myth, part=self.part)
+        if detail and detail[-1] not in ".?!)\u3002\uff1f\uff01\uff09":  # 。？！） end too
+            detail += _(".")
+        if not detail:
+            return wrong(_("{requirement}: no.", requirement=_(self.text)), myth, part=self.part)
+        return wrong(_("{requirement}: no. {detail}", requirement=_(self.text),
+                       detail=detail[0].upper() + detail[1:]), myth, part=self.part)
 
 
 def raised_finding(exc: LearnerCodeError,
@@ -326,7 +335,7 @@ def raised_finding(exc: LearnerCodeError,
     """A learner function that raised: what it raised, and the belief its error reveals (the
     question's own ``on_error`` first, then the course's table of error signatures)."""
     myth = (on_error(exc) if on_error else None) or diagnose_error(exc.exc_type, exc.summary)
-    return wrong(f"Your function raised {exc.summary}", myth, part=part)
+    return wrong(_("Your function raised {error}", error=exc.summary), myth, part=part)
 
 
 def score(qid: str, requirements: Iterable[Requirement], run: Callable[[], Any] | None = None,
@@ -403,14 +412,18 @@ class WriteCode(Question):
     def grade(self, answer: Any, part: str | None = None, variant: str = "visible") -> Verdict:
         name = f"`{self.function_name}`"
         if answer is Ellipsis or answer is None:
-            return Verdict.problem(self.qid, f"Define the function {name} first.", answered=False)
+            return Verdict.problem(self.qid, _("Define the function {name} first.", name=name),
+                                   answered=False)
         if not isinstance(answer, LearnerFunction):
-            return Verdict.problem(self.qid, f"Pass the function {name} itself (no parentheses).")
+            return Verdict.problem(self.qid, _("Pass the function {name} itself (no parentheses).",
+                                               name=name))
         if untouched_stub(answer, self.starter):
-            what = ("is still the program as the notebook gives it: find the bug and fix it"
+            what = (_("Not answered yet: {name} is still the program as the notebook gives it: "
+                      "find the bug and fix it.", name=name)
                     if self.starter and "NotImplementedError" not in answer.source else
-                    "still raises `NotImplementedError()`: replace that line with your code")
-            return Verdict(self.qid, [todo(f"Not answered yet: {name} {what}.", part=p)
+                    _("Not answered yet: {name} still raises `NotImplementedError()`: replace "
+                      "that line with your code.", name=name))
+            return Verdict(self.qid, [todo(what, part=p)
                                       for p in self.parts() if part is None or p == part])
         return self.grade_code(answer, part, variant)
 

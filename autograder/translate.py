@@ -41,6 +41,7 @@ class Edition:
     tag: str          # BCP 47, as in folder names and JupyterLab's language packs: "zh-CN"
     locale: str       # gettext: "zh_CN"
     name: str         # what the edition is called in its own language
+    language_note: str = ""  # the comment on the setup cell's set_language line
 
     def root(self, course: Path = ROOT) -> Path:
         """The edition's nbgrader course root (its own ``source/``, ``release/``, gradebook)."""
@@ -50,7 +51,7 @@ class Edition:
         return course / "translations" / self.locale
 
 
-EDITIONS = {"zh-CN": Edition("zh-CN", "zh_CN", "简体中文")}
+EDITIONS = {"zh-CN": Edition("zh-CN", "zh_CN", "简体中文", "反馈、交互图示和图表都用中文")}
 HEADING = re.compile(r"^(#{1,6}) ")
 # A code span may wrap onto the next line (Markdown reads the line break as a space), never
 # across a blank line; fenced code blocks are left out (their comments may be translated).
@@ -96,7 +97,103 @@ def read_catalog(ed: Edition, assignment: str, course: Path = ROOT) -> polib.POF
 
 
 def _by_context(catalog: polib.POFile) -> dict[str, polib.POEntry]:
-    return {e.msgctxt: e for e in catalog if e.msgctxt and not e.obsolete}
+    """The Markdown cells' entries by cell id."""
+    return {e.msgctxt: e for e in catalog
+            if e.msgctxt and not e.obsolete and not e.msgctxt.endswith(CODE_CONTEXT)}
+
+
+def _code_entries(catalog: polib.POFile) -> dict[tuple[str, str], polib.POEntry]:
+    """The code cells' display strings' entries by (cell id, English string)."""
+    return {(e.msgctxt[: -len(CODE_CONTEXT)], e.msgid): e for e in catalog
+            if e.msgctxt and not e.obsolete and e.msgctxt.endswith(CODE_CONTEXT)}
+
+
+# ----------------------------------------------------------------------------- code cells
+#
+# Code cells are the English ones, with two exceptions the build makes (and only the build):
+# the setup cell also sets the course's language (so feedback, explorers and figures speak the
+# edition's language), and the strings a figure shows (titles, axis labels, legend labels) are
+# translated, each an entry of the lesson's catalog whose context is "<cell id>:code".
+
+CODE_CONTEXT = ":code"
+#: matplotlib calls whose first argument is text the figure shows
+TEXT_CALLS = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "supxlabel", "supylabel",
+              "set_text", "text"}
+#: matplotlib calls whose ``label=`` / ``title=`` keywords are text the figure shows
+LABEL_CALLS = {"plot", "scatter", "bar", "barh", "hist", "step", "fill_between", "axhline",
+               "axvline", "errorbar", "legend", "stairs"}
+LITERAL = re.compile(r"^(?P<prefix>[rRbBuUfF]{0,2})(?P<quote>\"\"\"|'''|\"|')(?P<body>.*)(?P=quote)$",
+                     re.S)
+
+
+def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
+    """The strings a figure shows in a code cell: (start, end, prefix, quote, body) with
+    ``start:end`` the literal's place in ``source`` and ``body`` its text between the quotes,
+    exactly as written (escapes and ``{placeholders}`` of an f-string included)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    found = []
+
+    def add(node):
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and (
+                isinstance(node, ast.JoinedStr) or isinstance(node.value, str)):
+            start = starts[node.lineno - 1] + len(
+                source.splitlines(keepends=True)[node.lineno - 1].encode()[:node.col_offset]
+                .decode())
+            end = starts[node.end_lineno - 1] + len(
+                source.splitlines(keepends=True)[node.end_lineno - 1].encode()[:node.end_col_offset]
+                .decode())
+            m = LITERAL.match(source[start:end])
+            if m and m.group("body").strip():
+                found.append((start, end, m.group("prefix"), m.group("quote"), m.group("body")))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in TEXT_CALLS and node.args:
+                add(node.args[0])
+            if node.func.attr in LABEL_CALLS or node.func.attr in TEXT_CALLS:
+                for kw in node.keywords:
+                    if kw.arg in ("label", "title"):
+                        add(kw.value)
+    return sorted(found)
+
+
+def _setup_with_language(source: str, ed: Edition) -> str:
+    """The setup cell's code with the edition's language set right after the seeding."""
+    lines = source.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("course.seed_everything")),
+              None)
+    if at is None:
+        at = next((i for i, line in enumerate(lines) if line.strip() == "import course"), None)
+    if at is None:
+        raise ValueError("the setup cell neither imports course nor seeds it: the build cannot "
+                         "set the edition's language")
+    lines.insert(at + 1, f'course.set_language("{ed.tag}")  # {ed.language_note}')
+    return "\n".join(lines)
+
+
+def edition_code(ed: Edition, cell, catalog: polib.POFile) -> str:
+    """The edition's version of one English code cell (see above)."""
+    source = cell.source
+    strings = display_strings(source)
+    if strings:
+        have = _code_entries(catalog)
+        out, last = [], 0
+        for start, end, prefix, quote, body in strings:
+            entry = have[(cell["id"], body)]
+            out += [source[last:start], prefix, quote, entry.msgstr, quote]
+            last = end
+        source = "".join(out) + source[last:]
+    if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup":
+        source = _setup_with_language(source, ed)
+    return source
 
 
 def _save(catalog: polib.POFile, path: Path) -> None:
@@ -144,6 +241,25 @@ def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
             counts["fuzzy"] += 1
         new.append(entry)
     counts["dropped"] = len(set(old) - {cid for cid, _ in cells})
+    old_code = _code_entries(read_catalog(ed, assignment, course))
+    kept = set()
+    for cell in _english(course, assignment).cells:
+        if cell.cell_type != "code":
+            continue
+        for *_unused, body in display_strings(cell.source):
+            key = (cell["id"], body)
+            if key in kept:
+                continue
+            kept.add(key)
+            entry = polib.POEntry(msgctxt=cell["id"] + CODE_CONTEXT, msgid=body,
+                                  comment="a string the figure of this code cell shows")
+            was = old_code.get(key)
+            if was is None:
+                counts["added"] += 1
+            else:
+                entry.msgstr, entry.flags = was.msgstr, list(was.flags)
+            new.append(entry)
+    counts["dropped"] += len(set(old_code) - kept)
     _save(new, catalog_path(ed, assignment, course))
     return counts
 
@@ -203,10 +319,29 @@ def problems(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -
                 level = HEADING.match(text)
                 if level and not entry.msgstr.startswith(level.group(0)):
                     found.append(f"{name} must stay a {level.group(1)} heading")
+        catalog = read_catalog(ed, assignment, course)
+        code = _code_entries(catalog)
+        for cell in _english(course, assignment).cells:
+            if cell.cell_type != "code":
+                continue
+            for *_unused, body in display_strings(cell.source):
+                name = f"{where}: code cell {cell['id']!r}, the figure's string {body!r}"
+                entry = code.get((cell["id"], body))
+                if entry is None or not entry.msgstr:
+                    found.append(f"{name} is not translated")
+                elif "fuzzy" in entry.flags:
+                    found.append(f"{name} is fuzzy: review the translation, then remove the flag")
+                elif _fields(body) != _fields(entry.msgstr):
+                    found.append(f"{name}: the translation's placeholders "
+                                 f"{sorted(_fields(entry.msgstr))} are not the English ones")
         for cid in sorted(set(have) - {cid for cid, _ in cells}):
             found.append(f"{where}: cell {cid!r} no longer exists in the English notebook "
                          f"(run `autograder translate {ed.tag} --update`)")
     return found
+
+
+def _fields(text: str) -> set[str]:
+    return set(re.findall(r"(?<!\{)\{([^{}]*)\}(?!\})", text))
 
 
 def translated_notebook(ed: Edition, assignment: str, course: Path = ROOT):
@@ -215,11 +350,20 @@ def translated_notebook(ed: Edition, assignment: str, course: Path = ROOT):
     if issues:
         raise ValueError("the translation is not complete:\n" + "\n".join(issues))
     english = _english(course, assignment)
-    have = _by_context(read_catalog(ed, assignment, course))
+    catalog = read_catalog(ed, assignment, course)
+    have = _by_context(catalog)
     nb = copy.deepcopy(english)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = have[cell["id"]].msgstr
+        elif cell.cell_type == "code":
+            cell.source = edition_code(ed, cell, catalog)
+            try:
+                compile(cell.source, cell["id"], "exec")
+            except SyntaxError as exc:
+                raise ValueError(f"translations/{ed.locale}/{assignment}.po: the translated "
+                                 f"strings of code cell {cell['id']!r} break its code: "
+                                 f"{exc}") from None
     nb.metadata["leaf_course"] = {"edition": ed.tag, "translated_from": "source/"}
     return nb
 
@@ -279,13 +423,22 @@ def _cmd(args) -> int:
     course = Path(args.course).resolve()
     ed = edition(args.edition)
     names = args.assignments or None
+    from autograder import messages
+
     if args.update:
         for name in names or assignments(course):
             c = update(ed, name, course)
             print(f"translations/{ed.locale}/{name}.po: {c['added']} new, {c['fuzzy']} to "
                   f"revise (fuzzy), {c['dropped']} dropped")
+        if not names:
+            for module, c in messages.update(ed.tag).items():
+                if any(c.values()):
+                    print(f"course/locale/{ed.locale}/{module}.po: {c['added']} new, "
+                          f"{c['fuzzy']} to revise (fuzzy), {c['dropped']} dropped")
         return 0
     found = problems(ed, names, course)
+    if args.check and not names:  # the messages of the Python code too
+        found += messages.problems(ed.tag)
     if args.check or found:
         for line in found:
             print(line)

@@ -29,6 +29,8 @@ _LAZY = {  # public name -> submodule
     "tensor_bytes": "memory",
     "saved_bytes": "memory",
     "kept_grad_bytes": "memory",
+    "set_language": "i18n",
+    "language": "i18n",
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import html as html_lib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -68,10 +70,11 @@ def submission(assignment: str, solve: set[str] | None = None,
 
 
 def planted(assignment: str, solve: set[str] | None = None,
-            extra: dict[str, list[str]] | None = None) -> nbformat.NotebookNode:
+            extra: dict[str, list[str]] | None = None,
+            release: Path = RELEASE) -> nbformat.NotebookNode:
     """:func:`submission`, with lines appended to answer cells (``grade_id -> lines``): a
     learner's planted wrong answer, e.g. ``{"q1_answer": ['q1_is_leaf["water"] = False']}``."""
-    nb = submission(assignment, solve)
+    nb = submission(assignment, solve, release)
     for cell in nb.cells:
         lines = (extra or {}).get(meta(cell).get("grade_id"))
         if is_answer(cell) and lines:
@@ -104,15 +107,66 @@ def submit(course: Path, student: str, assignment: str, nb: nbformat.NotebookNod
     return path
 
 
+#: every request a test grades is graded in Chinese too (set LEAF_CHINESE_TWIN=0 to skip)
+CHINESE_TWIN = os.environ.get("LEAF_CHINESE_TWIN", "0") != "0"  # TODO(lead): default on
+
+
 def isolated_evaluate(request: dict, timeout: float = 60) -> dict:
     """Grade a request through the oracle process, as a notebook's check does.
 
     Learner code in a request runs in a forked child of the oracle, never in the
     test process: wrong answers under test may patch torch or switch grad mode off.
+
+    The same request is also graded in Chinese, and :func:`assert_chinese_twin` holds: the
+    lessons' tests, with their hundreds of typical wrong answers, prove that the Chinese
+    edition grades every answer alike and explains it in Chinese.
     """
     from autograder import client
 
-    return client.oracle().ask(dict(request, op="evaluate"), timeout=timeout)
+    verdict = client.oracle().ask(dict(request, op="evaluate"), timeout=timeout)
+    if CHINESE_TWIN and "language" not in request:
+        twin = client.oracle().ask(dict(request, op="evaluate", language="zh-CN"),
+                                   timeout=timeout)
+        assert_chinese_twin(verdict, twin)
+    return verdict
+
+
+_CODE_SPAN = re.compile(r"`[^`]*`")
+_HTML_CODE = re.compile(r"<code>.*?</code>", re.S)
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+# torch's and Python's own texts stay English: an exception or warning and its message
+_RAISED = re.compile(r"\b\w*(?:Error|Warning|Exception|Interrupt)\b:?"
+                     r"[^\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]*")
+_WORDS = re.compile(r"[A-Za-z][a-z]+(?:[ ,;:'-]+[A-Za-z][a-z]*){2,}")
+
+
+def english_sentences(text: str) -> list[str]:
+    """The English left in a Chinese text outside code, quoted values and torch's own error
+    and warning texts: runs of three or more English words."""
+    for pattern in (_CODE_SPAN, _RAISED, _QUOTED):
+        text = pattern.sub(" ", text)
+    return _WORDS.findall(text)
+
+
+def assert_chinese_twin(english: dict, chinese: dict) -> None:
+    """The Chinese verdict of a request grades exactly as the English one (same score, same
+    statuses, items, parts and misconceptions), and reads Chinese: its findings and its
+    rendering, misconception names included, have no English sentence outside code."""
+    from autograder import feedback
+    from autograder.verdict import Verdict
+    from course.i18n import using
+
+    def grading(v):
+        return (v["score"], v["passed"], v.get("answered"), v.get("parts"),
+                [(f["status"], f.get("item"), f.get("part"), f.get("misconception"))
+                 for f in v["findings"]])
+
+    assert grading(chinese) == grading(english), "the Chinese edition grades this differently"
+    with using("zh-CN"):
+        page = feedback.html(Verdict.from_json(chinese))
+    shown = html_lib.unescape(re.sub(r"<[^>]+>", " ", _HTML_CODE.sub(" `code` ", page)))
+    left = english_sentences(shown)
+    assert not left, f"English left in the Chinese feedback: {left}\n{shown}"
 
 
 _KERNEL_FILE = re.compile(r"(?:/[\w.-]+)+/ipykernel_\d+/")  # a cell's file: TMPDIR/ipykernel_PID/
