@@ -24,9 +24,10 @@ from autograder.questions import (
     values_equal,
     warns,
 )
-from course.themes import GLOSSARY
+from course.i18n import N_, _, is_chinese
+from course.themes import GLOSSARY, GLOSSARY_ZH
 
-lesson = Lesson("01_leaves", "Leaf tensors")
+lesson = Lesson("01_leaves", N_("Leaf tensors"))
 
 KITCHEN = """\
 flour = torch.tensor(2.0, requires_grad=True)   # bought at the market, we will tune it
@@ -41,7 +42,7 @@ meat = nn.Linear(3, 2).weight                   # marinated meat: a layer's para
 @lesson.register
 class Q1LeafOrNot(Predict):
     qid = "q1"
-    title = "Leaf or not?"
+    title = N_("Leaf or not?")
     code = KITCHEN
     items = [  # one wrong value per item, so each names the one belief it reveals
         Item("flour", "`flour` was created by hand, not by an operation: a market ingredient.",
@@ -66,7 +67,7 @@ class Q1LeafOrNot(Predict):
 @lesson.register
 class Q2FlagsAndRecipes(Predict):
     qid = "q2"
-    title = "requires_grad and grad_fn"
+    title = N_("requires_grad and grad_fn")
     code = KITCHEN
     items = [
         Item("salt.requires_grad", "A result requires grad only if one of its own inputs "
@@ -109,7 +110,7 @@ def _unless_none(key: str):
 @lesson.register
 class Q3WhatGradHolds(Predict):
     qid = "q3"
-    title = "What does .grad hold after backward()?"
+    title = N_("What does .grad hold after backward()?")
     code = PARCELS
     items = [
         Item("w.grad", "With `report = sum(parcel * w)`, d report / d w_i = parcel_i, and it is "
@@ -130,7 +131,7 @@ class Q3WhatGradHolds(Predict):
 @lesson.register
 class Q4Warnings(Predict):
     qid = "q4"
-    title = "Which reads of .grad warn?"
+    title = N_("Which reads of .grad warn?")
     code = PARCELS + """\
 kept = parcel * w          # another transit station, with a monitor installed
 kept.retain_grad()
@@ -184,7 +185,7 @@ def _route_myth(routes_at):
 @lesson.register
 class Q5TwoRoutes(Predict):
     qid = "q5"
-    title = "The two-route graph by hand"
+    title = N_("The two-route graph by hand")
     code = TWO_ROUTES_EXERCISE
     items = [
         Item("a.grad", "`a` reaches e by two routes, through c and through d; "
@@ -215,7 +216,7 @@ def _mean_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q6MeanMyth(Predict):
     qid = "q6"
-    title = "The printed x.grad of a popular tutorial"
+    title = N_("The printed x.grad of a popular tutorial")
     code = MEAN
     items = [
         Item("x.grad", "z = (2*x_1 + 2*x_2) / 2, so dz/dx_i = 2/2 = 1 for each i: the 2 of "
@@ -241,7 +242,7 @@ def _accumulate_nodes(fn, per_use: bool = False) -> int:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        stack.extend(nxt for nxt, _ in node.next_functions)
+        stack.extend(nxt for nxt, _edge in node.next_functions)
     return count
 
 
@@ -273,7 +274,7 @@ def _nodes_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q7RealGraph(Predict):
     qid = "q7"
-    title = "What the graph is made of"
+    title = N_("What the graph is made of")
     code = TWO_ROUTES_FORWARD
     items = [
         Item("e.grad_fn", "`e` was made by `*`, so its grad_fn is a MulBackward0 node (the "
@@ -309,7 +310,7 @@ def _reachable_leaves(t) -> list:
         seen.add(id(fn))
         if type(fn).__name__ == "AccumulateGrad":
             out.append(fn.variable)
-        stack.extend(nxt for nxt, _ in fn.next_functions)
+        stack.extend(nxt for nxt, _edge in fn.next_functions)
     return out
 
 
@@ -321,21 +322,40 @@ def _typo(t) -> bool:
         return False
 
 
+def _role(theme: str, t) -> str:
+    """The glossary's word for what ``t`` is, as a sentence says it: "a market ingredient"
+    (the Chinese edition's word from ``GLOSSARY_ZH``, which takes no article)."""
+    if is_chinese():
+        return GLOSSARY_ZH[theme][tf.kind(t)]
+    word = GLOSSARY[theme][tf.kind(t)]
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def _joined(names: list[str]) -> str:
+    """``a``, ``b`` and ``c``: a list of names in a sentence."""
+    if len(names) < 2:
+        return "".join(names)
+    return _("{names} and {last}", names=_(", ").join(names[:-1]), last=names[-1])
+
+
 def describe(name: str, t, made: dict | None = None, theme: str = "kitchen") -> str:
     """What torch reports about a tensor the learner made, in the words of ``theme``'s glossary:
     "your `glaze` has grad_fn `AddBackward0`: it was made from `flour`, so it is a semi-finished
     dish". ``made`` names the learner's other tensors, to say which ones it was made from."""
     if not tf.is_tensor(t):
-        return f"your `{name}` is a {type(t).__name__}, not a tensor"
-    word = GLOSSARY[theme][tf.kind(t)]
-    word = ("an " if word[0] in "aeiou" else "a ") + word
+        return _("your `{name}` is a {type}, not a tensor", name=name, type=type(t).__name__)
+    role = _role(theme, t)
     fn = tf.grad_fn_name(t)
     if fn is None:
-        return f"your `{name}` is a leaf with requires_grad={tf.requires_grad(t)}: {word}"
+        return _("your `{name}` is a leaf with requires_grad={flag}: {role}", name=name,
+                 flag=tf.requires_grad(t), role=role)
     sources = [f"`{other}`" for other, o in (made or {}).items()
                if other != name and any(leaf is o for leaf in _reachable_leaves(t))]
-    origin = f": it was made from {' and '.join(sources)}" if sources else ""
-    return f"your `{name}` has grad_fn `{fn}`{origin}, so it is {word}"
+    if sources:
+        return _("your `{name}` has grad_fn `{grad_fn}`: it was made from {sources}, so it is "
+                 "{role}", name=name, grad_fn=fn, sources=_joined(sources), role=role)
+    return _("your `{name}` has grad_fn `{grad_fn}`, so it is {role}", name=name, grad_fn=fn,
+             role=role)
 
 
 def is_parameter(name: str, t, made: dict | None = None, theme: str = "kitchen"):
@@ -347,17 +367,18 @@ def is_parameter(name: str, t, made: dict | None = None, theme: str = "kitchen")
     if not tf.is_tensor(t):
         return False, text
     if _typo(t):
-        return False, f"{text}; `{name}.require_grad = True` only set an unused attribute", \
-            "require_grad_typo"
+        return False, _("{description}; `{name}.require_grad = True` only set an unused "
+                        "attribute", description=text, name=name), "require_grad_typo"
     if tf.grad_fn_name(t) == "CloneBackward0":
-        return False, f"{text}: clone() is recorded like any operation", "clone_cuts_history"
+        return False, _("{description}: clone() is recorded like any operation",
+                        description=text), "clone_cuts_history"
     if not tf.is_leaf(t) and tf.retains_grad(t):
-        return False, f"{text} with a monitor: it keeps that report, but the leaf it was made " \
-            "from is the one to tune"
+        return False, _("{description} with a monitor: it keeps that report, but the leaf it "
+                        "was made from is the one to tune", description=text)
     if not tf.is_leaf(t):  # made by an operation on a tensor that requires grad
-        return False, f"{text}. Create it directly, with `requires_grad=True`", \
-            "output_can_be_leaf"
-    return False, f"{text}. Create it with `requires_grad=True`"
+        return False, _("{description}. Create it directly, with `requires_grad=True`",
+                        description=text), "output_can_be_leaf"
+    return False, _("{description}. Create it with `requires_grad=True`", description=text)
 
 
 def _is_constant(name: str, t, made: dict):
@@ -366,20 +387,21 @@ def _is_constant(name: str, t, made: dict):
         return True
     text = describe(name, t, made)
     if tf.is_tensor(t) and tf.is_leaf(t):  # given requires_grad=True, as if a leaf needed it
-        return False, f"{text}; a bottled sauce is used as is, and it is a leaf anyway", \
-            "leaf_means_trainable"
-    return False, f"{text}. Make it from bottled things only"
+        return False, _("{description}; a bottled sauce is used as is, and it is a leaf "
+                        "anyway", description=text), "leaf_means_trainable"
+    return False, _("{description}. Make it from bottled things only", description=text)
 
 
 def _kitchen_requirements() -> list[Requirement]:
     def made(run) -> dict:
         if not isinstance(run.result, dict):
-            raise TypeError(f"return a dict of tensors, not {type(run.result).__name__}")
+            raise TypeError(_("return a dict of tensors, not {type}",
+                              type=type(run.result).__name__))
         return run.result
 
     def get(run, key: str):
         if key not in made(run):
-            raise KeyError(f"your dict has no key {key!r}")
+            raise KeyError(_("your dict has no key {key!r}", key=key))
         return made(run)[key]
 
     def dough(run):
@@ -388,14 +410,16 @@ def _kitchen_requirements() -> list[Requirement]:
             return True
         text = describe("dough", t, made(run))
         if tf.is_tensor(t) and tf.is_leaf(t):
-            return False, f"{text}: no recorded recipe step made it from `flour`"
-        return False, f"{text}, but its recipe does not lead back to your `flour`"
+            return False, _("{description}: no recorded recipe step made it from `flour`",
+                            description=text)
+        return False, _("{description}, but its recipe does not lead back to your `flour`",
+                        description=text)
 
     def computed(run):
         t, s = get(run, "glaze"), get(run, "sauce")
         ok = tf.is_tensor(t) and tf.is_tensor(s) and t is not s and not tf.shares_storage(t, s)
-        return ok, "your `glaze` is `sauce` itself (the same storage): compute a new tensor " \
-            "from it, e.g. `sauce * 2`"
+        return ok, _("your `glaze` is `sauce` itself (the same storage): compute a new tensor "
+                     "from it, e.g. `sauce * 2`")
 
     return [
         Requirement("`flour` is a market ingredient: a leaf that requires grad",
@@ -412,7 +436,7 @@ def _kitchen_requirements() -> list[Requirement]:
 @lesson.register
 class Q8BuildKitchen(WriteCode):
     qid = "q8"
-    title = "Stock the kitchen"
+    title = N_("Stock the kitchen")
     function_name = "stock_kitchen"
 
     def grade_code(self, fn, part, variant):
@@ -457,39 +481,42 @@ def _centres_requirement(name: str, out, expected: list) -> Requirement:
     def test(run):
         got = run.result
         if not isinstance(got, list | tuple):
-            return False, f"you returned {type(got).__name__}: return a list of tensors"
+            return False, _("you returned {type}: return a list of tensors",
+                            type=type(got).__name__)
         others = [g for g in got if not tf.is_tensor(g)]
         if others:
-            return False, f"your list holds {type(others[0]).__name__} objects: return each " \
-                "AccumulateGrad node's `.variable`, the leaf tensor itself"
+            return False, _("your list holds {type} objects: return each AccumulateGrad node's "
+                            "`.variable`, the leaf tensor itself", type=type(others[0]).__name__)
         if len({id(g) for g in got}) < len(got):
-            return False, "your list names the same sorting centre more than once: a leaf " \
-                "has one AccumulateGrad node, however many routes reach it; visit each node " \
-                "once", "accumulate_per_use"
+            return False, _("your list names the same sorting centre more than once: a leaf "
+                            "has one AccumulateGrad node, however many routes reach it; visit "
+                            "each node once"), "accumulate_per_use"
         extra = [g for g in got if not any(g is e for e in expected)]
         missing = len([e for e in expected if not any(g is e for g in got)])
         if any(tf.is_leaf(g) and not tf.requires_grad(g) for g in extra):
-            return False, "your list holds a tensor that does not require grad: an ordinary " \
-                "parcel gets no report, so it is nobody's sorting centre", "constant_gets_grad"
+            return False, _("your list holds a tensor that does not require grad: an ordinary "
+                            "parcel gets no report, so it is nobody's sorting centre"), \
+                "constant_gets_grad"
         if extra:
-            return False, f"your list holds {len(extra)} tensor(s) that are not leaves " \
-                "backward() fills: a transit station is not a sorting centre"
+            return False, _("your list holds {count} tensor(s) that are not leaves backward() "
+                            "fills: a transit station is not a sorting centre", count=len(extra))
         if missing and tf.is_leaf(out):
-            return False, "`out` is itself a leaf that requires grad: it is its own sorting " \
-                "centre, `[out]`"
+            return False, _("`out` is itself a leaf that requires grad: it is its own sorting "
+                            "centre, `[out]`")
         if missing:
-            return False, f"you found {len(got)} of the {len(expected)} sorting centres: " \
-                "follow every entry of `next_functions`, not only the first"
+            return False, _("you found {found} of the {count} sorting centres: follow every "
+                            "entry of `next_functions`, not only the first", found=len(got),
+                            count=len(expected))
         return True
 
-    return Requirement(f"graph `{name}`: `sorting_centres(out)` finds its {len(expected)} "
-                       "sorting centre(s)", test)
+    return Requirement(_("graph `{name}`: `sorting_centres(out)` finds its {count} sorting "
+                         "centre(s)", name=name, count=len(expected)), test)
 
 
 @lesson.register
 class Q9FindSortingCentres(WriteCode):
     qid = "q9"
-    title = "Walk the real graph"
+    title = N_("Walk the real graph")
     function_name = "sorting_centres"
 
     def grade_code(self, fn, part, variant):
@@ -507,8 +534,8 @@ class Q9FindSortingCentres(WriteCode):
                 try:
                     return run_learner(fn, out)
                 except LearnerCodeError as exc:  # say on which graph
-                    raise LearnerCodeError(f"{exc.summary}, on graph `{name}`",
-                                           exc.exc_type) from None
+                    raise LearnerCodeError(_("{error}, on graph `{name}`", error=exc.summary,
+                                             name=name), exc.exc_type) from None
 
             verdicts.append(score(self.qid, [_centres_requirement(name, out,
                                                                   _reachable_leaves(out))], run))
@@ -547,7 +574,7 @@ CENTRE = [1.0, 2.0, 3.0]  # the sorting centre of the buggy program in the noteb
 @lesson.register
 class Q10RebuiltCentre(WriteCode):
     qid = "q10"
-    title = "Find the bug: the sorting centre that became a transit station"
+    title = N_("Find the bug: the sorting centre that became a transit station")
     function_name = "tune_centre"
     starter = """\
 def tune_centre():
@@ -566,8 +593,9 @@ def tune_centre():
             g = tf.grad_values(t) if tf.is_tensor(t) else None
             same = tf.is_tensor(t) and values_equal(tf._tolist(t), CENTRE)
             return (same and g is not None and values_equal(g, want),
-                    f"torch's gradient of sum(w ** 2) for w = {CENTRE} is 2*w = {want}; your "
-                    f"tensor holds {tf._tolist(t) if tf.is_tensor(t) else t} with .grad {g}")
+                    _("torch's gradient of sum(w ** 2) for w = {centre} is 2*w = {want}; your "
+                      "tensor holds {values} with .grad {grad}", centre=CENTRE, want=want,
+                      values=tf._tolist(t) if tf.is_tensor(t) else t, grad=g))
 
         def silent(run):
             if not run.warnings:
@@ -576,7 +604,10 @@ def tune_centre():
             myth = ("torch_tensor_silent" if "torch.tensor(sourceTensor)" in said
                     or "copy construct" in said else
                     "nonleaf_grad_silent" if "is not a leaf Tensor" in said else None)
-            return False, f"your function warned: {said[:160]}", myth
+            if len(said) > 160:
+                said = said[:160] + "…"
+            return False, _("your function warned: `{warning}`",
+                            warning=said.replace("`", "'")), myth
 
         return self.run_and_require(fn, [
             Requirement("the returned `w` is a sorting centre: a leaf that requires grad",
@@ -592,7 +623,7 @@ PARCEL_WEIGHTS = [1.0, 2.0, 3.0]  # the data of the buggy program in the noteboo
 @lesson.register
 class Q11Typo(WriteCode):
     qid = "q11"
-    title = "Find the bug: require_grad"
+    title = N_("Find the bug: require_grad")
     function_name = "weigh_parcels"
     starter = """\
 def weigh_parcels():
@@ -611,7 +642,8 @@ def weigh_parcels():
         def grad(run):
             g = tf.grad_values(run.result) if tf.is_tensor(run.result) else None
             return g is not None and values_equal(g, want), \
-                f"torch's w.grad for this report is the parcel weights {want}; yours is {g}"
+                _("torch's w.grad for this report is the parcel weights {want}; yours is {grad}",
+                  want=want, grad=g)
 
         return self.run_and_require(fn, [
             Requirement("`w` is a sorting centre: a leaf that requires grad",

@@ -27,8 +27,9 @@ from autograder.questions import (
     score,
     values_equal,
 )
+from course.i18n import N_, _
 
-lesson = Lesson("02_retain_grad", "Where gradients are kept")
+lesson = Lesson("02_retain_grad", N_("Where gradients are kept"))
 
 
 def _values(t) -> Any:
@@ -68,10 +69,11 @@ def _tuesday_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q1Accumulation(Predict):
     qid = "q1"
-    title = "Reports pile up"
+    title = N_("Reports pile up")
     code = REPORTS
     items = [
-        Item("monday", "Monday's report is d/dw sum(parcels * w) = parcels, filed on the sorting centre w."),
+        Item("monday", "Monday's report is d/dw sum(parcels * w) = parcels, filed on the "
+             "sorting centre w."),
         Item("tuesday", "`backward()` adds into .grad: Tuesday's gradient 2*w is added on top of "
              "Monday's parcels.", _tuesday_myth),
     ]
@@ -105,7 +107,7 @@ def _cleared_to_zeros(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2ZeroGrad(Predict):
     qid = "q2"
-    title = "What zero_grad() leaves behind"
+    title = N_("What zero_grad() leaves behind")
     code = ZERO_GRAD
     items = [
         Item("after_default", "Since torch 2.0, zero_grad() sets .grad to None "
@@ -166,7 +168,7 @@ def _one_route(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q3Monitors(Predict):
     qid = "q3"
-    title = "Monitors before and after the audit"
+    title = N_("Monitors before and after the audit")
     code = MONITORS
     items = [
         Item("suspect_station.grad", "`check_result` is the mean of 2 numbers, so d/d station = "
@@ -248,7 +250,7 @@ def _twice_grad_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q4Twice(Predict):
     qid = "q4"
-    title = "Backward twice"
+    title = N_("Backward twice")
     code = TWICE
     items = [
         Item("second", "The first backward freed the x that `x * x` saved, so the second one "
@@ -307,24 +309,23 @@ def _mem_myth(key: str):
     return choose
 
 
-def _bytes_why(what: str) -> str:
-    return (f"{what} Count bytes, not numbers: numel() * element_size(), and a float32 number "
-            "takes 4 bytes.")
-
-
 @lesson.register
 class Q5Memory(Predict):
     qid = "q5"
-    title = "What the monitors cost"
+    title = N_("What the monitors cost")
     code = MEMORY
     items = [
-        Item("small", _bytes_why("A retained .grad has the shape of its station: with batch 1 the "
-             "stations are 1x8, 1x8 and 1x2."), _mem_myth("small")),
-        Item("large", _bytes_why("With batch 100 every station has 100 rows: the cost of the "
-             "monitors grows with the batch, the parameters' does not."), _mem_myth("large")),
-        Item("param_grad_bytes", _bytes_why("One .grad per parameter, shaped like it: 4x8 + 8 + "
-             "8x2 + 2 = 58 numbers, whatever the batch (the two backward calls add into the "
-             "same tensors)."), _mem_myth("param_grad_bytes")),
+        # each explanation ends with the same advice on counting bytes
+        Item("small", "A retained .grad has the shape of its station: with batch 1 the stations "
+             "are 1x8, 1x8 and 1x2. Count bytes, not numbers: numel() * element_size(), and a "
+             "float32 number takes 4 bytes.", _mem_myth("small")),
+        Item("large", "With batch 100 every station has 100 rows: the cost of the monitors grows "
+             "with the batch, the parameters' does not. Count bytes, not numbers: numel() * "
+             "element_size(), and a float32 number takes 4 bytes.", _mem_myth("large")),
+        Item("param_grad_bytes", "One .grad per parameter, shaped like it: 4x8 + 8 + 8x2 + 2 = "
+             "58 numbers, whatever the batch (the two backward calls add into the same "
+             "tensors). Count bytes, not numbers: numel() * element_size(), and a float32 "
+             "number takes 4 bytes.", _mem_myth("param_grad_bytes")),
     ]
 
     def facts(self, ns):
@@ -361,7 +362,8 @@ def _on_case(name: str, fn: LearnerFunction, *args):
         try:
             return run_learner(fn, *args)
         except LearnerCodeError as exc:
-            raise LearnerCodeError(f"{exc.summary}, on model `{name}`", exc.exc_type) from None
+            raise LearnerCodeError(_("{error}, on model `{name}`", error=exc.summary,
+                                     name=name), exc.exc_type) from None
 
     return run
 
@@ -418,43 +420,49 @@ def _first_station_requirement(name: str, spec, shape, fn: LearnerFunction) -> R
         got = run.result
         if got is None:
             if any("not a leaf" in w for w in run.warnings):
-                return False, "you returned None, and torch warned that you read the .grad of " \
-                    "a transit station without a monitor: backward computes that report but " \
-                    "files it nowhere unless retain_grad() was called first", "nonleaf_grad_stored"
+                return False, _("you returned None, and torch warned that you read the .grad "
+                                "of a transit station without a monitor: backward computes that "
+                                "report but files it nowhere unless retain_grad() was called "
+                                "first"), "nonleaf_grad_stored"
             if _monitor_after_backward(fn.source):
-                return False, "you returned None: your retain_grad() comes after backward(), " \
-                    "when the report has already passed", "retain_grad_after_backward"
-            return False, "you returned None: the station you monitored was not on the route " \
-                "backward took. Run the later layers on that very tensor: `model(x)` makes new, " \
-                "unmonitored stations", "monitor_watches_layer"
+                return False, _("you returned None: your retain_grad() comes after backward(), "
+                                "when the report has already passed"), \
+                    "retain_grad_after_backward"
+            return False, _("you returned None: the station you monitored was not on the route "
+                            "backward took. Run the later layers on that very tensor: "
+                            "`model(x)` makes new, unmonitored stations"), "monitor_watches_layer"
         if not tf.is_tensor(got):
-            return False, f"you returned {type(got).__name__}: return the tensor in `.grad`"
+            return False, _("you returned {type}: return the tensor in `.grad`",
+                            type=type(got).__name__)
         values = tf._tolist(got)
         if values_equal(values, want, 1e-4):
             return True
         for k, g in enumerate(grads[1:], start=1):
             if values_equal(values, tf._tolist(g), 1e-4):
-                return False, f"that is the report at the output of layer {k} (`{layers[k]}`), " \
-                    "not of `model[0]`: monitor the first station"
+                return False, _("that is the report at the output of layer {index} (`{layer}`), "
+                                "not of `model[0]`: monitor the first station", index=k,
+                                layer=layers[k])
         if weight is not None and values_equal(values, weight, 1e-4):
-            return False, "that is the report of `model[0].weight`, the layer's sorting centre: " \
-                "a monitor watches one tensor, here the layer's output", "monitor_watches_layer"
+            return False, _("that is the report of `model[0].weight`, the layer's sorting "
+                            "centre: a monitor watches one tensor, here the layer's output"), \
+                "monitor_watches_layer"
         if values_equal(values, [[2 * v for v in row] for row in want], 1e-4):
-            return False, "that is twice torch's report: backward ran twice and the reports " \
-                "added up", "grad_accumulates_not"
+            return False, _("that is twice torch's report: backward ran twice and the reports "
+                            "added up"), "grad_accumulates_not"
         if values_equal(values, tf._tolist(stations[0]), 1e-4):
-            return False, "that is the station's own value: return its `.grad`"
-        return False, f"torch's report at `model[0]`'s output has shape {list(grads[0].shape)}; " \
-            f"yours has shape {list(got.shape)} and other values"
+            return False, _("that is the station's own value: return its `.grad`")
+        return False, _("torch's report at `model[0]`'s output has shape {shape}; yours has "
+                        "shape {yours} and other values", shape=list(grads[0].shape),
+                        yours=list(got.shape))
 
-    return Requirement(f"model `{name}` ({' -> '.join(layers)}): the report kept at the first "
-                       "station is torch's", test)
+    return Requirement(_("model `{name}` ({layers}): the report kept at the first station is "
+                         "torch's", name=name, layers=" -> ".join(layers)), test)
 
 
 @lesson.register
 class Q6HiddenGradient(WriteCode):
     qid = "q6"
-    title = "Monitor the first transit station"
+    title = N_("Monitor the first transit station")
     function_name = "first_station_grad"
 
     def grade_code(self, fn, part, variant):
@@ -486,7 +494,7 @@ def _bytes_requirement(name: str, spec, shape, dtype, fn: LearnerFunction) -> Re
     import torch
 
     model, x = _build(spec, shape, getattr(torch, dtype) if dtype else None)
-    _, grads = _audit(model, x)  # the reference
+    grads = _audit(model, x)[1]  # the reference
     want, count = _nbytes(grads), sum(int(g.numel()) for g in grads)
     size = int(grads[0].element_size())
     params = _nbytes(list(model.parameters()))
@@ -497,36 +505,43 @@ def _bytes_requirement(name: str, spec, shape, dtype, fn: LearnerFunction) -> Re
         if tf.is_tensor(got) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, int | float) or isinstance(got, bool):
-            return False, f"you returned {type(got).__name__}: return the number of bytes (an int)"
+            return False, _("you returned {type}: return the number of bytes (an int)",
+                            type=type(got).__name__)
         if values_equal(got, want, 1e-9):
             return True
-        said = f"torch's monitors keep {want} bytes; you returned {got!r}"
+        said = _("torch's monitors keep {want} bytes; you returned {got}", want=want,
+                 got=repr(got))
         if values_equal(got, count * 4, 1e-9) and size != 4:
-            return False, f"{said}, 4 bytes per element: these are {dtype} numbers of " \
-                f"{size} bytes each: ask `element_size()`", "float_is_four_bytes"
+            return False, _("{said}, 4 bytes per element: these are {dtype} numbers of {size} "
+                            "bytes each: ask `element_size()`", said=said, dtype=dtype,
+                            size=size), "float_is_four_bytes"
         if values_equal(got, count, 1e-9):
-            return False, f"{said}, the number of elements: multiply by `element_size()`"
+            return False, _("{said}, the number of elements: multiply by `element_size()`",
+                            said=said)
         if values_equal(got, params, 1e-9):
-            return False, f"{said}, what the parameters take: a retained .grad has the shape of " \
-                "its station (batch x features), not of a parameter", "retain_cost_fixed"
+            return False, _("{said}, what the parameters take: a retained .grad has the shape "
+                            "of its station (batch x features), not of a parameter",
+                            said=said), "retain_cost_fixed"
         if values_equal(got, want + params, 1e-9):
-            return False, f"{said}: that adds the parameters' .grad; count the monitors' only"
+            return False, _("{said}: that adds the parameters' .grad; count the monitors' only",
+                            said=said)
         if values_equal(got, last, 1e-9):
-            return False, f"{said}, the last station's alone: retain every layer's output"
+            return False, _("{said}, the last station's alone: retain every layer's output",
+                            said=said)
         if values_equal(got, 0, 1e-9):
             myth = "retain_grad_after_backward" if _monitor_after_backward(fn.source) else None
-            return False, f"{said}: nothing was kept. Call retain_grad() on every station " \
-                "before backward()", myth
-        return False, f"{said}. Retain every layer's output, backward the last one's sum, and " \
-            "add numel() * element_size() of each retained .grad"
+            return False, _("{said}: nothing was kept. Call retain_grad() on every station "
+                            "before backward()", said=said), myth
+        return False, _("{said}. Retain every layer's output, backward the last one's sum, and "
+                        "add numel() * element_size() of each retained .grad", said=said)
 
-    return Requirement(f"model `{name}`: the bytes the monitors keep", test)
+    return Requirement(_("model `{name}`: the bytes the monitors keep", name=name), test)
 
 
 @lesson.register
 class Q7RetainedBytes(WriteCode):
     qid = "q7"
-    title = "Measure what the monitors cost"
+    title = N_("Measure what the monitors cost")
     function_name = "retained_grad_bytes"
 
     def grade_code(self, fn, part, variant):
@@ -552,7 +567,7 @@ def _centre_requirement() -> Requirement:
 @lesson.register
 class Q8LateMonitor(WriteCode):
     qid = "q8"
-    title = "Find the bug: the monitor that arrived after the audit"
+    title = N_("Find the bug: the monitor that arrived after the audit")
     function_name = "audit_station"
     starter = """\
 def audit_station():
@@ -577,8 +592,8 @@ def audit_station():
             t = run.result
             if tf.is_tensor(t) and not tf.is_leaf(t):
                 return True
-            return False, describe("station", t, theme="logistics") + \
-                ": return the transit station itself, made from `centre`"
+            return False, _("{description}: return the transit station itself, made from "
+                            "`centre`", description=describe("station", t, theme="logistics"))
 
         def kept(run):
             t = run.result
@@ -586,15 +601,19 @@ def audit_station():
             if g is not None and values_equal(g, want):
                 return True
             if g is None and tf.is_tensor(t) and tf.retains_grad(t):
-                return False, "the monitor is there (`retains_grad` is True) but `.grad` is " \
-                    "None: it was installed after the audit", "retain_grad_after_backward"
+                return False, _("the monitor is there (`retains_grad` is True) but `.grad` is "
+                                "None: it was installed after the audit"), \
+                    "retain_grad_after_backward"
             if g is None:
-                return False, "`.grad` is None and the station has no monitor: backward files " \
-                    "no report on a transit station by itself", "nonleaf_grad_stored"
+                return False, _("`.grad` is None and the station has no monitor: backward "
+                                "files no report on a transit station by itself"), \
+                    "nonleaf_grad_stored"
             if values_equal(g, [2 * v for v in want]):
-                return False, f"torch's report is {want}; yours is twice that: backward ran " \
-                    "twice and the reports added up", "grad_accumulates_not"
-            return False, f"torch's report at the station is {want}; yours is {g}"
+                return False, _("torch's report is {want}; yours is twice that: backward ran "
+                                "twice and the reports added up", want=want), \
+                    "grad_accumulates_not"
+            return False, _("torch's report at the station is {want}; yours is {grad}",
+                            want=want, grad=g)
 
         return self.run_and_require(fn, [
             Requirement("the returned tensor is still the transit station", still_station),
@@ -613,7 +632,7 @@ def _train(steps: int, clear: bool) -> list:
     w = torch.tensor(TRAIN_START, requires_grad=True)
     target = torch.tensor(TRAIN_TARGET)
     opt = torch.optim.SGD([w], lr=TRAIN_LR)
-    for _ in range(steps):
+    for _step in range(steps):
         if clear:
             opt.zero_grad()
         ((w - target) ** 2).sum().backward()
@@ -628,7 +647,7 @@ def _clears(source: str) -> bool:
 @lesson.register
 class Q9PilingReports(WriteCode):
     qid = "q9"
-    title = "Find the bug: reports that pile up"
+    title = N_("Find the bug: reports that pile up")
     function_name = "train_centre"
     starter = """\
 def train_centre(steps=3):
@@ -650,26 +669,30 @@ def train_centre(steps=3):
                 got = tf._tolist(run.result) if tf.is_tensor(run.result) else run.result
                 if values_equal(got, want):
                     return True
-                said = f"torch's loop ends at {[round(v, 4) for v in want]}; yours at " \
-                    f"{[round(v, 4) for v in got] if isinstance(got, list) else got!r}"
+                said = _("torch's loop ends at {want}; yours at {got}",
+                         want=[round(v, 4) for v in want],
+                         got=[round(v, 4) for v in got] if isinstance(got, list) else repr(got))
                 if steps != 3 and values_equal(got, _train(3, clear=True)):
-                    return False, f"{said}, where 3 steps end: let the loop run `steps` times"
+                    return False, _("{said}, where 3 steps end: let the loop run `steps` times",
+                                    said=said)
                 if values_equal(got, TRAIN_START) and steps:
-                    return False, f"{said}: w never moved, the report was cleared before " \
-                        "step() could use it", "zero_grad_misplaced" if _clears(fn.source) else None
+                    return False, _("{said}: w never moved, the report was cleared before "
+                                    "step() could use it", said=said), \
+                        "zero_grad_misplaced" if _clears(fn.source) else None
                 if values_equal(got, piled):
                     if _clears(fn.source):
-                        return False, f"{said}, as if nothing were cleared: clear the desk in " \
-                            "every step, before `backward()`", "zero_grad_misplaced"
-                    return False, f"{said}: every step's report piled on the last", \
+                        return False, _("{said}, as if nothing were cleared: clear the desk in "
+                                        "every step, before `backward()`", said=said), \
+                            "zero_grad_misplaced"
+                    return False, _("{said}: every step's report piled on the last", said=said), \
                         "grad_accumulates_not"
                 if not _clears(fn.source):
-                    return False, f"{said}: your loop never clears the desk, so every step's " \
-                        "report piles on the last", "grad_accumulates_not"
+                    return False, _("{said}: your loop never clears the desk, so every step's "
+                                    "report piles on the last", said=said), "grad_accumulates_not"
                 return False, said
 
-            return Requirement(f"after {steps} step(s) `w` is where torch's loop, each step "
-                               "using its own report, puts it", test)
+            return Requirement(_("after {steps} step(s) `w` is where torch's loop, each step "
+                                 "using its own report, puts it", steps=steps), test)
 
         steps = TRAIN_STEPS[variant if variant in TRAIN_STEPS else "visible"]
         verdicts = [self.run_and_require(fn, [_centre_requirement(), trained(steps[0])], part)]
@@ -690,7 +713,7 @@ def _detached(fn):
 @lesson.register
 class Q10TwoReports(WriteCode):
     qid = "q10"
-    title = "Find the bug: two reports from one route"
+    title = N_("Find the bug: two reports from one route")
     function_name = "audit_two_reports"
     starter = """\
 def audit_two_reports():
@@ -719,15 +742,16 @@ def audit_two_reports():
             g = tf.grad_values(run.result) if tf.is_tensor(run.result) else None
             if g is not None and values_equal(g, want, 1e-4):
                 return True
-            said = f"torch's w.grad for both reports is {[round(v, 3) for v in want]}; yours " \
-                f"is {g if g is None else [round(v, 3) for v in g]}"
+            said = _("torch's w.grad for both reports is {want}; yours is {grad}",
+                     want=[round(v, 3) for v in want],
+                     grad=g if g is None else [round(v, 3) for v in g])
             if g is not None and values_equal(g, speed, 1e-4):
                 myth = "detach_in_loss_harmless" if ".detach()" in fn.source else None
-                return False, f"{said}, the gradient of `speed` alone: no report came back " \
-                    "from `cost`", myth
+                return False, _("{said}, the gradient of `speed` alone: no report came back "
+                                "from `cost`", said=said), myth
             if g is not None and values_equal(g, cost, 1e-4):
-                return False, f"{said}, the gradient of `cost` alone: `speed`'s report was " \
-                    "lost or cleared"
+                return False, _("{said}, the gradient of `cost` alone: `speed`'s report was "
+                                "lost or cleared", said=said)
             return False, said
 
         return self.run_and_require(fn, [

@@ -36,6 +36,7 @@ from autograder.questions import (
     values_equal,
     warns,
 )
+from course.i18n import N_, _
 
 lesson = Lesson("03_detach", "detach() and its cousins")
 
@@ -67,7 +68,7 @@ packed = stew.detach()            # vacuum-packed stew
 @lesson.register
 class Q1Relabelled(Predict):
     qid = "q1"
-    title = "What detach() returns"
+    title = N_("What detach() returns")
     code = RELABEL
     items = [
         Item("packed.is_leaf", "`detach()` returns a tensor with no recorded history: a leaf.",
@@ -109,7 +110,7 @@ except RuntimeError as exc:
 @lesson.register
 class Q2SharedBroth(Predict):
     qid = "q2"
-    title = "Writing through the vacuum pack"
+    title = N_("Writing through the vacuum pack")
     code = BROTH
     items = [
         Item("broth[0]", "`packed` shares `broth`'s storage, so `packed[0] = 5.0` wrote into "
@@ -149,7 +150,7 @@ copy_c = torch.tensor(sauce)     # does this line warn?
 @lesson.register
 class Q3Copies(Predict):
     qid = "q3"
-    title = "Three ways to copy"
+    title = N_("Three ways to copy")
     code = COPIES
     items = [
         Item("copy_a.is_leaf", "`clone()` is an operation like any other: it records "
@@ -194,7 +195,7 @@ dough.detach_()
 @lesson.register
 class Q4Switches(Predict):
     qid = "q4"
-    title = "requires_grad_(False) and detach_()"
+    title = N_("requires_grad_(False) and detach_()")
     code = SWITCHES
     items = [
         Item("error", "`requires_grad_` can change the flag of leaves only; on a semi-finished "
@@ -230,7 +231,7 @@ loss.backward()
 @lesson.register
 class Q5Freeze(Predict):
     qid = "q5"
-    title = "Which freeze works?"
+    title = N_("Which freeze works?")
     code = FREEZE
     items = [
         Item("model[0].weight.grad is None", "`p.detach()` returns a new tensor that is thrown "
@@ -271,7 +272,7 @@ g.backward()
 @lesson.register
 class Q6Residual(Predict):
     qid = "q6"
-    title = "The residual block, by hand"
+    title = N_("The residual block, by hand")
     code = RESIDUAL
     items = [
         Item("x.grad", "Each block maps `h` to `(w + 1) * h`, so dh/dx = (w + 1)**3 = 1.1**3.",
@@ -314,6 +315,17 @@ def _norm(values) -> str:
     return "`None`" if values is None else f"{float(torch.tensor(values).norm()):.4g}"
 
 
+def _raised(exc: BaseException) -> str:
+    """``RuntimeError: <torch's message>``, as a learner's error is shown."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _listing(items) -> str:
+    """Items of a list inside a sentence, separated as the current language separates them."""
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    return _(", ").join(items)
+
+
 @dataclasses.dataclass
 class _Loss:
     """A loss the learner's function returned, after the checker's ``backward()`` on it."""
@@ -325,12 +337,13 @@ class _Loss:
 def _loss_run(fn: LearnerFunction, *args) -> _Loss:
     loss = run_learner(fn, *args).result
     if not tf.is_tensor(loss):
-        return _Loss(loss, f"your function returned {type(loss).__name__}, not a tensor: "
-                           "backward needs the loss tensor")
+        return _Loss(loss, _("your function returned {type}, not a tensor: backward needs the "
+                             "loss tensor", type=type(loss).__name__))
     try:
         loss.backward()
     except RuntimeError as exc:
-        return _Loss(loss, f"`loss.backward()` raised RuntimeError: {str(exc).splitlines()[0]}")
+        return _Loss(loss, _("`loss.backward()` raised RuntimeError: {error}",
+                             error=str(exc).splitlines()[0]))
     return _Loss(loss, None)
 
 
@@ -343,14 +356,15 @@ def _backward_runs(fn: LearnerFunction, name: str) -> Requirement:
         return (r.failure is None, r.failure or "",
                 "detach_no_grad_confused" if unrecorded and _uses(fn, *NO_GRAD) else None)
 
-    return Requirement(f"{name}: `loss.backward()` runs on the loss you return", test)
+    return Requirement(_("{case}: `loss.backward()` runs on the loss you return", case=name),
+                       test)
 
 
 def _after_backward(test):
     """A requirement's test that needs the gradients: not checked when backward did not run."""
     def checked(r: _Loss):
         if r.failure is not None:
-            return False, "there is no gradient to compare: backward did not run"
+            return False, _("there is no gradient to compare: backward did not run")
         return test(r)
     return checked
 
@@ -364,13 +378,13 @@ def _snapshot_cases(variant: str) -> dict[str, Any]:
     torch.manual_seed(3)
     w = torch.randn(3, requires_grad=True)
     cases = {
-        "on a semi-finished dish `(w * 2).exp()`": (w * 2).exp(),
-        "on a layer's weight": torch.nn.Linear(3, 2).weight,
+        _("on a semi-finished dish `(w * 2).exp()`"): (w * 2).exp(),
+        _("on a layer's weight"): torch.nn.Linear(3, 2).weight,
     }
     if variant == "hidden":
-        cases["on a view `t[1:]` of a market ingredient"] = \
+        cases[_("on a view `t[1:]` of a market ingredient")] = \
             torch.randn(4, 3, requires_grad=True)[1:]
-        cases["on bottled sauce (no grad)"] = torch.randn(5)
+        cases[_("on bottled sauce (no grad)")] = torch.randn(5)
     return cases
 
 
@@ -382,21 +396,24 @@ def _copy_requirements(name: str, original) -> list[Requirement]:
     def values(run):
         res = run.result
         if not tf.is_tensor(res):
-            return False, f"your function returned {type(res).__name__}, not a tensor"
+            return False, _("your function returned {type}, not a tensor",
+                            type=type(res).__name__)
         got = tf._tolist(res)
-        return values_equal(got, before), f"your copy holds {got}, `t` holds {before}"
+        return values_equal(got, before), _("your copy holds {copy}, `t` holds {original}",
+                                            copy=got, original=before)
 
     def fresh(run):
         res = run.result
         if res is original:
-            return False, "you returned `t` itself, not a copy"
+            return False, _("you returned `t` itself, not a copy")
         recipe = tf.grad_fn_name(res)
         if recipe is not None:
-            return (False, f"your copy has grad_fn `{recipe}`: it is still on the recipe of `t`",
+            return (False, _("your copy has grad_fn `{grad_fn}`: it is still on the recipe of "
+                             "`t`", grad_fn=recipe),
                     "clone_cuts_history" if recipe == "CloneBackward0" else None)
         if tf.requires_grad(res):
-            return False, "your copy is a leaf that requires grad: a snapshot has no recipe to " \
-                          "trace and should not ask for a gradient"
+            return False, _("your copy is a leaf that requires grad: a snapshot has no recipe "
+                            "to trace and should not ask for a gradient")
         return True, ""
 
     def separate(run):
@@ -406,30 +423,30 @@ def _copy_requirements(name: str, original) -> list[Requirement]:
         if values_equal(tf._tolist(original), before) and tf.version(original) == version:
             return True, ""
         if res is original:
-            return False, "you returned `t` itself: writing into it is writing into `t`"
+            return False, _("you returned `t` itself: writing into it is writing into `t`")
         detached = tf.is_leaf(res) and not tf.requires_grad(res)
-        return (False, "writing into your copy changed `t`: they share one storage (the same "
-                       "pot, vacuum-packed)", "detach_copies" if detached else None)
+        return (False, _("writing into your copy changed `t`: they share one storage (the "
+                         "same pot, vacuum-packed)"), "detach_copies" if detached else None)
 
     def silent(run):
         if not run.warnings:
             return True, ""
         said = run.warnings[0].splitlines()[0]
-        return (False, f"your function warned: {said}",
+        return (False, _("your function warned: `{warning}`", warning=said),
                 "torch_tensor_silent" if "copy construct from a tensor" in said else None)
 
     return [
-        Requirement(f"{name}: the same values", values),
-        Requirement(f"{name}: a leaf that does not require grad", fresh),
-        Requirement(f"{name}: its own storage", separate),
-        Requirement(f"{name}: no warning", silent),
+        Requirement(_("{case}: the same values", case=name), values),
+        Requirement(_("{case}: a leaf that does not require grad", case=name), fresh),
+        Requirement(_("{case}: its own storage", case=name), separate),
+        Requirement(_("{case}: no warning", case=name), silent),
     ]
 
 
 @lesson.register
 class Q7Snapshot(WriteCode):
     qid = "q7"
-    title = "Re-make the broth from scratch"
+    title = N_("Re-make the broth from scratch")
     function_name = "snapshot"
 
     def grade_code(self, fn, part, variant):
@@ -449,10 +466,10 @@ def _freeze_models(variant: str) -> dict[str, Any]:
         return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), middle, nn.Tanh(), nn.Linear(6, 1))
 
     torch.manual_seed(4)
-    models = {"a middle `nn.Linear(6, 6)`": model(nn.Linear(6, 6))}
+    models = {_("a middle `nn.Linear(6, 6)`"): model(nn.Linear(6, 6))}
     if variant == "hidden":  # a layer with sub-layers: freeze all of its parameters
         torch.manual_seed(5)
-        models["a middle `nn.Sequential(Linear, ReLU, Linear)`"] = model(
+        models[_("a middle `nn.Sequential(Linear, ReLU, Linear)`")] = model(
             nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6)))
     return models
 
@@ -496,50 +513,53 @@ def _freeze_requirements(fn, label, model, reference, before) -> list[Requiremen
         return dict(layer.named_parameters())
 
     def frozen_flags(_run):
-        on = [n for n, p in middle().items() if tf.requires_grad(p)]
-        return (not on, f"{', '.join(f'`{n}`' for n in on)} still "
-                        f"{'has' if len(on) == 1 else 'have'} `requires_grad=True`",
-                _freeze_belief(fn, model))
+        on = [f"`{n}`" for n, p in middle().items() if tf.requires_grad(p)]
+        detail = (_("{names} still has `requires_grad=True`", names=_listing(on)) if len(on) == 1
+                  else _("{names} still have `requires_grad=True`", names=_listing(on)))
+        return not on, detail, _freeze_belief(fn, model)
 
     def no_grads(_run):
-        stored = [f"`{n}` (norm {_norm(tf.grad_values(p))})" for n, p in middle().items()
-                  if tf.grad_values(p) is not None]
-        return not stored, f"backward stored a gradient on {', '.join(stored)}"
+        stored = [_("`{name}` (norm {norm})", name=n, norm=_norm(tf.grad_values(p)))
+                  for n, p in middle().items() if tf.grad_values(p) is not None]
+        return not stored, _("backward stored a gradient on {params}", params=_listing(stored))
 
     def unchanged(_run):
         moved = {n: float((p.detach() - before[n]).abs().max()) for n, p in middle().items()
                  if n in before and not torch.equal(p.detach(), before[n])}
-        return not moved, "the step moved " + ", ".join(f"`{n}` by up to {d:.3g}"
-                                                        for n, d in moved.items())
+        moves = [_("`{name}` by up to {amount}", name=n, amount=format(d, ".3g"))
+                 for n, d in moved.items()]
+        return not moved, _("the step moved {moves}", moves=_listing(moves))
 
     def others_train(_run):
         if tf.grad_values(model[0].weight) is None:
-            return (False, "the first layer got no gradient at all (`.grad` is `None`): the "
-                           "route back through the middle layer was cut",
+            return (False, _("the first layer got no gradient at all (`.grad` is `None`): the "
+                             "route back through the middle layer was cut"),
                     "detach_activation_freezes_one")
         ref = dict(reference.named_parameters())
-        bad = [f"`{n}` (norm {_norm(tf.grad_values(p))}, torch's reference "
-               f"{_norm(tf.grad_values(ref[n]))})" for n, p in model.named_parameters()
+        bad = [_("`{name}` (norm {norm}, torch's reference {reference})", name=n,
+                 norm=_norm(tf.grad_values(p)), reference=_norm(tf.grad_values(ref[n])))
+               for n, p in model.named_parameters()
                if not n.startswith("2.") and n in ref
                and not _close(tf.grad_values(p), tf.grad_values(ref[n]))]
-        return not bad, ("these gradients differ from those of the model with the layer frozen "
-                         "correctly: " + ", ".join(bad))
+        return not bad, _("these gradients differ from those of the model with the layer "
+                          "frozen correctly: {params}", params=_listing(bad))
 
     return [
-        Requirement(f"{label}: every parameter of the layer has `requires_grad=False`",
-                    frozen_flags),
-        Requirement(f"{label}: backward leaves the layer's `.grad` at `None`", no_grads),
-        Requirement(f"{label}: an SGD step over `model.parameters()` leaves the layer unchanged",
-                    unchanged),
-        Requirement(f"{label}: the layers before and after it still get their gradients",
-                    others_train),
+        Requirement(_("{case}: every parameter of the layer has `requires_grad=False`",
+                      case=label), frozen_flags),
+        Requirement(_("{case}: backward leaves the layer's `.grad` at `None`", case=label),
+                    no_grads),
+        Requirement(_("{case}: an SGD step over `model.parameters()` leaves the layer "
+                      "unchanged", case=label), unchanged),
+        Requirement(_("{case}: the layers before and after it still get their gradients",
+                      case=label), others_train),
     ]
 
 
 @lesson.register
 class Q8FreezeLayer(WriteCode):
     qid = "q8"
-    title = "Freeze the middle layer"
+    title = N_("Freeze the middle layer")
     function_name = "freeze"
 
     def grade_code(self, fn, part, variant):
@@ -555,8 +575,9 @@ class Q8FreezeLayer(WriteCode):
                 try:
                     _train_step(model)
                 except Exception as exc:
-                    raise LearnerCodeError(f"{type(exc).__name__}: {exc} (in the training step "
-                                           "after your `freeze`)", type(exc).__name__) from None
+                    raise LearnerCodeError(
+                        _("{error} (in the training step after your `freeze`)",
+                          error=_raised(exc)), type(exc).__name__) from None
                 return result
 
             verdicts.append(score(self.qid, _freeze_requirements(fn, label, model, reference,
@@ -571,9 +592,10 @@ def _loss_cases(variant: str) -> dict[str, tuple]:
     """name -> (random seed, mid layer, head, batch size, inputs, outputs)."""
     from torch import nn
 
-    cases = {"with a batch of 6": (20, lambda: nn.Linear(4, 3), lambda: nn.Linear(3, 1), 6, 4, 1)}
+    cases = {_("with a batch of 6"): (20, lambda: nn.Linear(4, 3), lambda: nn.Linear(3, 1), 6,
+                                      4, 1)}
     if variant == "hidden":
-        cases["with a two-layer `mid_layer` and two outputs"] = (
+        cases[_("with a two-layer `mid_layer` and two outputs")] = (
             21, lambda: nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)),
             lambda: nn.Linear(3, 2), 10, 5, 2)
     return cases
@@ -594,7 +616,7 @@ def _intended_grads(mid, head, x, target, aux_weight: float):
 @lesson.register
 class Q9CustomLoss(WriteCode):
     qid = "q9"
-    title = "Find the bug: the five-scenarios article's custom loss"
+    title = N_("Find the bug: the five-scenarios article's custom loss")
     function_name = "custom_loss"
     starter = '''\
 def custom_loss(output, target, feat):
@@ -612,8 +634,8 @@ def custom_loss(output, target, feat):
             mid, head = make_mid(), make_head()
             x, target = torch.randn(n, d_in), torch.randn(n, d_out)
             ref_loss, ref_mid, ref_head = _intended_grads(mid, head, x, target, 0.1)
-            _, main_mid, _ = _intended_grads(mid, head, x, target, 0.0)
-            unweighted, _, _ = _intended_grads(mid, head, x, target, 1.0)
+            _unused, main_mid, _unused = _intended_grads(mid, head, x, target, 0.0)
+            unweighted, _unused, _unused = _intended_grads(mid, head, x, target, 1.0)
 
             def run(mid=mid, head=head, x=x, target=target):
                 feat = mid(x)
@@ -621,38 +643,43 @@ def custom_loss(output, target, feat):
 
             def value(r, ref_loss=ref_loss, unweighted=unweighted):
                 if not tf.is_tensor(r.value):
-                    return False, f"your function returned {type(r.value).__name__}"
+                    return False, _("your function returned {type}", type=type(r.value).__name__)
                 got, want = tf._tolist(r.value), tf._tolist(ref_loss)
-                detail = f"your loss is {got:.6g}, `main + 0.1 * aux` is {want:.6g}"
+                values = {"got": f"{got:.6g}", "want": f"{want:.6g}"}
                 if values_equal(got, tf._tolist(unweighted), 1e-5):
-                    detail += ": that is `main + aux`, the auxiliary term lost its factor 0.1"
+                    detail = _("your loss is {got}, `main + 0.1 * aux` is {want}: that is "
+                               "`main + aux`, the auxiliary term lost its factor 0.1", **values)
+                else:
+                    detail = _("your loss is {got}, `main + 0.1 * aux` is {want}", **values)
                 return values_equal(got, want, 1e-5), detail
 
             def head_grad(_loss, head=head, ref_head=ref_head):
                 got = [tf.grad_values(p) for p in head.parameters()]
                 return all(_close(g, r) for g, r in zip(got, ref_head, strict=True)), \
-                    f"the output layer's weight gradient has norm {_norm(got[0])}, torch's " \
-                    f"reference {_norm(ref_head[0])}"
+                    _("the output layer's weight gradient has norm {norm}, torch's reference "
+                      "{reference}", norm=_norm(got[0]), reference=_norm(ref_head[0]))
 
             def mid_grad(_loss, mid=mid, ref_mid=ref_mid, main_mid=main_mid):
                 got = [tf.grad_values(p) for p in mid.parameters()]
                 if all(_close(g, r) for g, r in zip(got, ref_mid, strict=True)):
                     return True, ""
                 if all(_close(g, m) for g, m in zip(got, main_mid, strict=True)):
-                    return (False, "`mid_layer` receives exactly what the main loss alone gives "
-                                   "it: the auxiliary term sends it nothing",
+                    return (False, _("`mid_layer` receives exactly what the main loss alone "
+                                     "gives it: the auxiliary term sends it nothing"),
                             "detach_no_grad_confused" if _uses(fn, *NO_GRAD)
                             else "detach_in_loss_harmless")
-                return False, f"its first weight gradient has norm {_norm(got[0])}, the " \
-                              f"intended loss's {_norm(ref_mid[0])}"
+                return False, _("its first weight gradient has norm {norm}, the intended "
+                                "loss's {reference}", norm=_norm(got[0]),
+                                reference=_norm(ref_mid[0]))
 
             verdicts.append(score(self.qid, [
-                Requirement(f"{name}: the loss value is `main + 0.1 * aux`", value),
+                Requirement(_("{case}: the loss value is `main + 0.1 * aux`", case=name),
+                            value),
                 _backward_runs(fn, name),
-                Requirement(f"{name}: the output layer gets the right gradient",
+                Requirement(_("{case}: the output layer gets the right gradient", case=name),
                             _after_backward(head_grad)),
-                Requirement(f"{name}: `mid_layer` gets the gradient of *both* terms",
-                            _after_backward(mid_grad)),
+                Requirement(_("{case}: `mid_layer` gets the gradient of *both* terms",
+                              case=name), _after_backward(mid_grad)),
             ], run, part))
         return Verdict.merge(self.qid, verdicts)
 
@@ -665,7 +692,7 @@ def _stack(width: int, depth: int, seed: int):
     from torch import nn
 
     torch.manual_seed(seed)
-    return [(nn.Linear(width, width), nn.Linear(width, width)) for _ in range(depth)]
+    return [(nn.Linear(width, width), nn.Linear(width, width)) for _unused in range(depth)]
 
 
 def _kept_block(x, conv1, conv2, training=True):
@@ -683,7 +710,7 @@ def _cut_block(x, conv1, conv2, training=True):
 @lesson.register
 class Q10ResidualBug(WriteCode):
     qid = "q10"
-    title = "Find the bug: the kitchen article's residual block"
+    title = N_("Find the bug: the kitchen article's residual block")
     function_name = "resnet_block"
     starter = '''\
 def resnet_block(x, conv1, conv2, training=True):
@@ -716,8 +743,8 @@ def resnet_block(x, conv1, conv2, training=True):
         ref_out, ref_grad = run_stack(_kept_block, True)
         # (the same gradient as a block without skip path: the belief is named only when the
         # output is the residual one)
-        _, cut_grad = run_stack(_cut_block, True)
-        plain_out, _ = run_stack(_plain_block, True)
+        cut_grad = run_stack(_cut_block, True)[1]
+        plain_out = run_stack(_plain_block, True)[0]
 
         def run():
             block = define_learner(fn)
@@ -727,31 +754,33 @@ def resnet_block(x, conv1, conv2, training=True):
                     return {mode: run_stack(block, mode == "training")
                             for mode in ("training", "eval")}
             except Exception as exc:
-                raise LearnerCodeError(f"{type(exc).__name__}: {exc} (in a stack of your "
-                                       "blocks)", type(exc).__name__) from None
+                raise LearnerCodeError(_("{error} (in a stack of your blocks)",
+                                         error=_raised(exc)),
+                                       type(exc).__name__) from None
 
         def forward(mode):
             def test(results):
-                out, _ = results[mode]
+                out = results[mode][0]
                 if _close(out, ref_out):
                     return True, ""
                 if mode == "eval" and _close(out, tf._tolist(x0)):
-                    return False, ("in eval mode the stack returns its input unchanged: "
-                                   "`x + identity if training else identity` reads as "
-                                   "`(x + identity) if training else identity`")
+                    return False, _("in eval mode the stack returns its input unchanged: "
+                                    "`x + identity if training else identity` reads as "
+                                    "`(x + identity) if training else identity`")
                 if _close(out, plain_out):
-                    return False, ("your block has no skip path: it returns "
-                                   "`conv2(relu(conv1(x)))` without `+ x`")
-                return False, "the output differs from that of `conv2(relu(conv1(x))) + x`"
+                    return False, _("your block has no skip path: it returns "
+                                    "`conv2(relu(conv1(x)))` without `+ x`")
+                return False, _("the output differs from that of `conv2(relu(conv1(x))) + x`")
             return test
 
         def grad_in(mode):
             def test(results):
-                _, g = results[mode]
+                g = results[mode][1]
                 if _close(g, ref_grad):
                     return True, ""
-                detail = (f"through {depth} blocks your input gradient has norm {_norm(g)}; "
-                          f"with the skip path kept it is {_norm(ref_grad)}")
+                detail = _("through {depth} blocks your input gradient has norm {norm}; with the "
+                           "skip path kept it is {reference}", depth=depth, norm=_norm(g),
+                           reference=_norm(ref_grad))
                 cut = _close(g, cut_grad) and _close(results[mode][0], ref_out)
                 return False, detail, "residual_detach_harmless" if cut else None
             return test
@@ -760,10 +789,10 @@ def resnet_block(x, conv1, conv2, training=True):
             Requirement("in training mode, the output is that of a residual block",
                         forward("training")),
             Requirement("in eval mode, the output is that of a residual block", forward("eval")),
-            Requirement(f"in training mode, the input gradient through {depth} blocks is the "
-                        "residual one", grad_in("training")),
-            Requirement(f"in eval mode, the input gradient through {depth} blocks is the "
-                        "residual one", grad_in("eval")),
+            Requirement(_("in training mode, the input gradient through {depth} blocks is the "
+                          "residual one", depth=depth), grad_in("training")),
+            Requirement(_("in eval mode, the input gradient through {depth} blocks is the "
+                          "residual one", depth=depth), grad_in("eval")),
         ], run, part)
 
 
@@ -774,10 +803,10 @@ def _gan_cases(variant: str) -> dict[str, tuple]:
     """name -> (random seed, G, D, noise size, batch)."""
     from torch import nn
 
-    cases = {"with linear `G` and `D`": (30, lambda: nn.Linear(2, 3), lambda: nn.Linear(3, 1),
-                                         2, 5)}
+    cases = {_("with linear `G` and `D`"): (30, lambda: nn.Linear(2, 3),
+                                            lambda: nn.Linear(3, 1), 2, 5)}
     if variant == "hidden":
-        cases["with two-layer `G` and `D`"] = (
+        cases[_("with two-layer `G` and `D`")] = (
             31, lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh()),
             lambda: nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 1)), 4, 7)
     return cases
@@ -802,7 +831,7 @@ def _bce_grads(D, G, z, real, with_fake: bool, swapped: bool = False):
 @lesson.register
 class Q11Discriminator(WriteCode):
     qid = "q11"
-    title = "The GAN discriminator step"
+    title = N_("The GAN discriminator step")
     function_name = "discriminator_loss"
 
     def grade_code(self, fn, part, variant):
@@ -815,19 +844,24 @@ class Q11Discriminator(WriteCode):
             z = torch.randn(n, nz)
             real = torch.randn(n, next(D.parameters()).shape[1])
             ref_loss, ref_d = _bce_grads(D, G, z, real, True)
-            _, real_only = _bce_grads(D, G, z, real, False)
-            swapped, _ = _bce_grads(D, G, z, real, True, swapped=True)
+            real_only = _bce_grads(D, G, z, real, False)[1]
+            swapped = _bce_grads(D, G, z, real, True, swapped=True)[0]
 
             def run(D=D, G=G, z=z, real=real):
                 return _loss_run(fn, D, G, z, real)
 
             def value(r, ref_loss=ref_loss, swapped=swapped):
                 if not tf.is_tensor(r.value):
-                    return False, f"your function returned {type(r.value).__name__}"
+                    return False, _("your function returned {type}", type=type(r.value).__name__)
                 got, want = tf._tolist(r.value), tf._tolist(ref_loss)
-                detail = f"your loss is {got:.6g}, the discriminator's BCE loss is {want:.6g}"
+                values = {"got": f"{got:.6g}", "want": f"{want:.6g}"}
                 if values_equal(got, tf._tolist(swapped), 1e-5):
-                    detail += ": your targets are swapped (the real batch is labelled 1, the fake 0)"
+                    detail = _("your loss is {got}, the discriminator's BCE loss is {want}: your "
+                               "targets are swapped (the real batch is labelled 1, the fake 0)",
+                               **values)
+                else:
+                    detail = _("your loss is {got}, the discriminator's BCE loss is {want}",
+                               **values)
                 return values_equal(got, want, 1e-5), detail
 
             def d_grads(_loss, D=D, ref_d=ref_d, real_only=real_only):
@@ -835,26 +869,29 @@ class Q11Discriminator(WriteCode):
                 if all(_close(g, r) for g, r in zip(got, ref_d, strict=True)):
                     return True, ""
                 if all(_close(g, r) for g, r in zip(got, real_only, strict=True)):
-                    return (False, "`D` learns from the real batch only: the fake term sends `D` "
-                                   "no gradient, because the route was cut after `D`, not "
-                                   "between `G` and `D`",
+                    return (False, _("`D` learns from the real batch only: the fake term sends "
+                                     "`D` no gradient, because the route was cut after `D`, not "
+                                     "between `G` and `D`"),
                             "detach_no_grad_confused" if _uses(fn, *NO_GRAD)
                             else "detach_activation_freezes_one")
-                return False, f"`D`'s first weight gradient has norm {_norm(got[0])}, the " \
-                              f"reference step's {_norm(ref_d[0])}"
+                return False, _("`D`'s first weight gradient has norm {norm}, the reference "
+                                "step's {reference}", norm=_norm(got[0]),
+                                reference=_norm(ref_d[0]))
 
             def g_clean(_loss, G=G):
                 got = [(n, tf.grad_values(p)) for n, p in G.named_parameters()]
-                hit = [f"`{n}` (norm {_norm(g)})" for n, g in got if g is not None]
-                return (not hit, "backward put a gradient on the generator's " + ", ".join(hit),
-                        "fake_batch_not_detached")
+                hit = [_("`{name}` (norm {norm})", name=n, norm=_norm(g))
+                       for n, g in got if g is not None]
+                return (not hit, _("backward put a gradient on the generator's {params}",
+                                   params=_listing(hit)), "fake_batch_not_detached")
 
             verdicts.append(score(self.qid, [
-                Requirement(f"{name}: the loss value is the discriminator's BCE loss", value),
+                Requirement(_("{case}: the loss value is the discriminator's BCE loss",
+                              case=name), value),
                 _backward_runs(fn, name),
-                Requirement(f"{name}: the discriminator gets its gradients",
+                Requirement(_("{case}: the discriminator gets its gradients", case=name),
                             _after_backward(d_grads)),
-                Requirement(f"{name}: the generator gets no gradient from this step",
-                            _after_backward(g_clean)),
+                Requirement(_("{case}: the generator gets no gradient from this step",
+                              case=name), _after_backward(g_clean)),
             ], run, part))
         return Verdict.merge(self.qid, verdicts)

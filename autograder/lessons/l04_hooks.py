@@ -36,6 +36,7 @@ from autograder.questions import (
     score,
     values_equal,
 )
+from course.i18n import N_, _
 
 lesson = Lesson("04_hooks", "Hooks: inspection probes")
 
@@ -92,6 +93,17 @@ def _raises(given: Any) -> bool:
     return isinstance(given, ExceptionName)
 
 
+def _raised(exc: BaseException) -> str:
+    """``RuntimeError: <the first line of torch's message>``, as a learner's error is shown."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+def _listing(items) -> str:
+    """Items of a list inside a sentence, separated as the current language separates them."""
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    return _(", ").join(items)
+
+
 # --------------------------------------------------------------------------- Q1 non-leaf probe
 
 STATION_PROBE = """\
@@ -117,7 +129,7 @@ def _stored_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q1StationProbe(Predict):
     qid = "q1"
-    title = "What the probe at a transit station sees"
+    title = N_("What the probe at a transit station sees")
     code = STATION_PROBE
     items = [
         Item("seen", "The probe is called once, with d loss / d station = 2 * station = "
@@ -161,7 +173,7 @@ def _last_report(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2LeafProbes(Predict):
     qid = "q2"
-    title = "A probe at a sorting centre, and one behind the desk"
+    title = N_("A probe at a sorting centre, and one behind the desk")
     code = LEAF_PROBES
     items = [
         Item("probe", "`register_hook` on a leaf fires *before* the report is added into "
@@ -193,7 +205,7 @@ RAW = [5.0, 0.5, -4.0]  # the unclipped gradient at the station: what the two be
 @lesson.register
 class Q3ClippingProbe(Predict):
     qid = "q3"
-    title = "A probe that changes what passes"
+    title = N_("A probe that changes what passes")
     code = CLIPPING_PROBE
     items = [
         Item("x.grad", "A hook that *returns* a tensor replaces the gradient for everything "
@@ -243,7 +255,7 @@ def _if_refused(myth: str | None):
 @lesson.register
 class Q4WhereProbesGo(Predict):
     qid = "q4"
-    title = "Where a probe can be installed"
+    title = N_("Where a probe can be installed")
     code = WHERE_PROBES_GO
     items = [
         Item("hook_on_data", "No gradient will ever pass an ordinary parcel (a tensor that does "
@@ -310,7 +322,7 @@ def _shape_myth(layer: int):
 @lesson.register
 class Q5ModuleProbes(Predict):
     qid = "q5"
-    title = "Probes on every layer"
+    title = N_("Probes on every layer")
     code = MODULE_PROBES
     items = [
         Item("order", "Backward walks from the final delivery back to the input, so the last "
@@ -379,7 +391,7 @@ def _clone_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q6ProbeCost(Predict):
     qid = "q6"
-    title = "What a probe costs (the parcel-sorting article's table, measured)"
+    title = N_("What a probe costs (the parcel-sorting article's table, measured)")
     code = PROBE_COST
     items = [
         Item("noop", "A hook that keeps nothing costs nothing: the gradient passes and is freed "
@@ -405,12 +417,12 @@ CLIP_CASES = {  # part -> cases (values, weights, limit); the hidden tests add t
                ([0.5, 0.25], [-9.0, 9.0], 0.1)],
 }
 
-CLIP_TEXT = {
-    "station": "at a transit station, the gradient reaching the leaf is clipped",
-    "leaf": "at a sorting centre, each pass's report is clipped before it is added to `.grad` "
-            "(two backward passes, the second from `target.sum() * 3`)",
-    "handle": "the returned handle takes the probe off: after `handle.remove()` nothing is "
-              "clipped",
+CLIP_TEXT = {  # marked here, translated where a requirement is made
+    "station": N_("at a transit station, the gradient reaching the leaf is clipped"),
+    "leaf": N_("at a sorting centre, each pass's report is clipped before it is added to `.grad` "
+               "(two backward passes, the second from `target.sum() * 3`)"),
+    "handle": N_("the returned handle takes the probe off: after `handle.remove()` nothing is "
+                 "clipped"),
 }
 
 
@@ -459,8 +471,9 @@ def _clip_run(fn: LearnerFunction | None, values, weights, limit, case: str,
     except LearnerCodeError:
         raise
     except Exception as exc:  # raised by the learner's probe during backward
-        raise LearnerCodeError(f"{type(exc).__name__}: {str(exc).splitlines()[0]} (in "
-                               "backward, from your probe)", type(exc).__name__) from None
+        raise LearnerCodeError(_("{error} (in backward, from your probe)",
+                                 error=_raised(exc)),
+                               type(exc).__name__) from None
     out.grad = tf.grad_values(leaf)
     out.edited_in_place = any(tf.version(g) != v for g, v in passing)
     return out
@@ -478,38 +491,47 @@ def _clip_requirement(part: str, values, weights, limit) -> Requirement:
     kept_on = _clip_run(None, values, weights, limit, "station").grad if part == "handle" else None
 
     def test(r: _Clipped):
+        if r.handle == "NoneType":
+            return False, _("your function returned `None`, not the handle: return what "
+                            "`register_hook` gives you")
         if r.handle is not None:
-            given = "None" if r.handle == "NoneType" else f"a {r.handle}"
-            return False, (f"your function returned `{given}`, not the handle: return what "
-                           "`register_hook` gives you")
+            return False, _("your function returned a {type}, not the handle: return what "
+                            "`register_hook` gives you", type=r.handle)
         if r.edited_in_place:
-            return (False, "your probe edited the passing gradient in place (its version "
-                           "counter moved): return a new tensor instead", "hook_inplace_edit")
+            return (False, _("your probe edited the passing gradient in place (its version "
+                             "counter moved): return a new tensor instead"), "hook_inplace_edit")
         if values_equal(r.grad, want):
             return True, ""
-        got = (f"the leaf's `.grad` is {_rounded(r.grad)}; "
-               + (f"with the probe taken off it is {_rounded(want)}" if part == "handle" else
-                  f"torch's clamp probe gives {_rounded(want)}"))
+        if part == "handle":
+            got = _("the leaf's `.grad` is {grad}; with the probe taken off it is {want}",
+                    grad=_rounded(r.grad), want=_rounded(want))
+        else:
+            got = _("the leaf's `.grad` is {grad}; torch's clamp probe gives {want}",
+                    grad=_rounded(r.grad), want=_rounded(want))
         if part == "handle" and values_equal(r.grad, kept_on):
-            return False, (f"{got}: the probe was still on the line after `handle.remove()` "
-                           "(is the handle you return the one of the clipping probe?)")
+            return False, _("{comparison}: the probe was still on the line after "
+                            "`handle.remove()` (is the handle you return the one of the clipping "
+                            "probe?)", comparison=got)
         if values_equal(r.grad, unclipped):
             if r.probes <= 0:
-                return False, f"{got}: your function installed no probe on `t`"
-            return (False, f"nothing was clipped: {got}. A probe changes what passes only by "
-                           "*returning* the new tensor", "hook_return_ignored")
+                return False, _("{comparison}: your function installed no probe on `t`",
+                                comparison=got)
+            return (False, _("nothing was clipped: {comparison}. A probe changes what passes "
+                             "only by *returning* the new tensor", comparison=got),
+                    "hook_return_ignored")
         if part == "leaf" and values_equal(r.grad, on_total):
-            return False, (f"{got}: your probe clipped the running total in `.grad`, not each "
-                           "pass's report before it was added")
+            return False, _("{comparison}: your probe clipped the running total in `.grad`, not "
+                            "each pass's report before it was added", comparison=got)
         return False, got
 
-    return Requirement(f"{CLIP_TEXT[part]} (limit {limit})", test, part=part)
+    return Requirement(_("{requirement} (limit {limit})", requirement=_(CLIP_TEXT[part]),
+                         limit=limit), test, part=part)
 
 
 @lesson.register
 class Q7ClipProbe(WriteCode):
     qid = "q7"
-    title = "Install a clipping probe"
+    title = N_("Install a clipping probe")
     function_name = "attach_clip"
     part_names = ["station", "leaf", "handle"]
 
@@ -579,6 +601,9 @@ def _reference_norms(spec: str, shape) -> dict[str, dict[str, float | None]]:
 
 
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+HOOK_KINDS = {"_forward_hooks": N_("forward hooks"), "_forward_pre_hooks": N_("forward pre hooks"),
+              "_backward_hooks": N_("backward hooks"),
+              "_backward_pre_hooks": N_("backward pre hooks")}
 
 
 def _leftover_hooks(model) -> list[str]:
@@ -586,11 +611,13 @@ def _leftover_hooks(model) -> list[str]:
     for name, m in model.named_modules():
         for attr in HOOK_DICTS:
             if len(getattr(m, attr, {}) or {}):
-                left.append(f"`{name or 'model'}` ({attr.strip('_').replace('_', ' ')})")
+                left.append(_("`{module}` ({kind})", module=name or "model",
+                              kind=_(HOOK_KINDS[attr])))
         for pname, p in m.named_parameters(recurse=False):
             if len(p._backward_hooks or {}) or len(getattr(p, "_post_accumulate_grad_hooks",
                                                            None) or {}):
-                left.append(f"`{name + '.' if name else ''}{pname}` (tensor hook)")
+                left.append(_("`{param}` (tensor hook)",
+                              param=(name + "." if name else "") + pname))
     return left
 
 
@@ -617,9 +644,9 @@ def _monitor_run(fn: LearnerFunction, model, x) -> _Monitored:
     except LearnerCodeError as exc:
         if "'NoneType' object has no attribute" in exc.summary and _uses(fn, "grad_input"):
             raise LearnerCodeError(
-                f"{exc.summary}. `grad_input[0]` is `None` at the first layer, whose input is the "
-                "data batch (an ordinary parcel); the gradient at a layer's output is "
-                "`grad_output[0]`", exc.exc_type) from None
+                _("{error}. `grad_input[0]` is `None` at the first layer, whose input is the "
+                  "data batch (an ordinary parcel); the gradient at a layer's output is "
+                  "`grad_output[0]`", error=exc.summary), exc.exc_type) from None
         raise
     finally:
         handle.remove()
@@ -632,20 +659,26 @@ def _norm_requirements(label: str, model, want) -> list[Requirement]:
     def norms(r: _Monitored):
         res = r.result
         if not isinstance(res, dict):
-            return False, f"return a dict {{layer name: norm}}, not {type(res).__name__}"
+            return False, _("return a dict {{layer name: norm}}, not {type}",
+                            type=type(res).__name__)
         got = {str(k): _values(v) for k, v in res.items()}
         missing = sorted(set(out) - set(got))
         if (not got or missing) and r.forwards > 1:
-            return (False, f"your probes saw nothing of the backward pass (missing "
-                           f"{', '.join(f'`{k}`' for k in missing)}): the model ran forward "
-                           f"{r.forwards} times, and tensor probes installed on the outputs of "
-                           "one pass never see the next pass's outputs", "monitor_watches_layer")
+            return (False, _("your probes saw nothing of the backward pass (missing {layers}): "
+                             "the model ran forward {n} times, and tensor probes installed on the "
+                             "outputs of one pass never see the next pass's outputs",
+                             layers=_listing(f"`{k}`" for k in missing), n=r.forwards),
+                    "monitor_watches_layer")
         if set(got) != set(out):
             top = {k for k in out if "." not in k}
-            hint = (": `named_children()` lists only the top level; `named_modules()` names the "
-                    "nested layers too" if set(got) == top else "")
-            return False, (f"expected one entry per `nn.Linear`, named as in "
-                           f"`model.named_modules()`: {sorted(out)}; got {sorted(got)}{hint}")
+            names = {"expected": sorted(out), "got": sorted(got)}
+            if set(got) == top:
+                return False, _("expected one entry per `nn.Linear`, named as in "
+                                "`model.named_modules()`: {expected}; got {got}: "
+                                "`named_children()` lists only the top level; `named_modules()` "
+                                "names the nested layers too", **names)
+            return False, _("expected one entry per `nn.Linear`, named as in "
+                            "`model.named_modules()`: {expected}; got {got}", **names)
 
         def same(ref):
             return all(ref[k] is not None and values_equal(got[k], ref[k], 1e-4) for k in out)
@@ -653,34 +686,37 @@ def _norm_requirements(label: str, model, want) -> list[Requirement]:
         if same(out):
             return True, ""
         if same(want["weight"]):
-            return (False, "these are the norms of each layer's `weight.grad`: a probe on the "
-                           "weight sees the weight's gradient, not the one at the layer's output",
-                    "monitor_watches_layer")
+            return (False, _("these are the norms of each layer's `weight.grad`: a probe on "
+                             "the weight sees the weight's gradient, not the one at the layer's "
+                             "output"), "monitor_watches_layer")
         inputs = {k: v for k, v in want["input"].items() if v is not None}
         if inputs and all(values_equal(got[k], v, 1e-4) for k, v in inputs.items()):
-            return False, ("these are the norms at each layer's *input* (`grad_input[0]`); the "
-                           "output's gradient is `grad_output[0]`")
-        shown = ", ".join(f"`{k}`: yours {got[k]!r}, torch {out[k]:.6g}" for k in out
-                          if not values_equal(got[k], out[k], 1e-4))
-        return False, (f"wrong norms ({shown}). Use the gradient of `model(x).sum()` with "
-                       "respect to each layer's *output* (`grad_output[0]`), and its norm over "
-                       "all entries")
+            return False, _("these are the norms at each layer's *input* (`grad_input[0]`); "
+                            "the output's gradient is `grad_output[0]`")
+        shown = _listing(_("`{layer}`: yours {yours}, torch {torch}", layer=k, yours=repr(got[k]),
+                           torch=format(out[k], ".6g"))
+                         for k in out if not values_equal(got[k], out[k], 1e-4))
+        return False, _("wrong norms ({norms}). Use the gradient of `model(x).sum()` with "
+                        "respect to each layer's *output* (`grad_output[0]`), and its norm over "
+                        "all entries", norms=shown)
 
     def cleanup(_r):
         left = _leftover_hooks(model)
-        return (not left, f"probes left installed on {', '.join(left)}: remove every handle "
-                          "before returning", "hooks_pile_up")
+        return (not left, _("probes left installed on {places}: remove every handle before "
+                            "returning", places=_listing(left)), "hooks_pile_up")
 
     return [
-        Requirement(f"model `{label}`: every layer's output-gradient norm", norms, part="norms"),
-        Requirement(f"model `{label}`: no probe left installed", cleanup, part="cleanup"),
+        Requirement(_("model `{label}`: every layer's output-gradient norm", label=label), norms,
+                    part="norms"),
+        Requirement(_("model `{label}`: no probe left installed", label=label), cleanup,
+                    part="cleanup"),
     ]
 
 
 @lesson.register
 class Q8LayerNorms(WriteCode):
     qid = "q8"
-    title = "Monitor every layer"
+    title = N_("Monitor every layer")
     function_name = "output_grad_norms"
     part_names = ["norms", "cleanup"]
 
@@ -711,24 +747,30 @@ def _reference_history(steps: int) -> tuple[list, list]:
     return history, reports
 
 
-def _count(steps: int, one: str, many: str, piled: str | None = None) -> Requirement:
+def _count(steps: int, text: str, piled: str | None = None) -> Requirement:
+    """The requirement ``text`` (already translated): the result has ``steps`` entries."""
+
     def test(run: CodeRun):
         res = run.result
         n = len(res) if isinstance(res, list | tuple) else None
-        detail = f"expected {steps} entries, got {n if n is not None else 'a ' + type(res).__name__}"
+        if n is None:
+            return False, _("expected {steps} entries, got a {type}", steps=steps,
+                            type=type(res).__name__)
         if piled and n == steps * (steps + 1) // 2 and n != steps:
-            return False, f"{detail} = 1 + 2 + ... + {steps}: step k ran k probes", piled
+            return False, _("expected {steps} entries, got {n} = 1 + 2 + ... + {steps}: step k "
+                            "ran k probes", steps=steps, n=n), piled
         if n == 0:
-            detail += ": no probe saw a backward pass (was it removed before `backward()`?)"
-        return n == steps, detail
+            return False, _("expected {steps} entries, got 0: no probe saw a backward pass (was "
+                            "it removed before `backward()`?)", steps=steps)
+        return n == steps, _("expected {steps} entries, got {n}", steps=steps, n=n)
 
-    return Requirement(f"one entry per {one} ({steps} {many})", test)
+    return Requirement(text, test)
 
 
 @lesson.register
 class Q9AliasedLog(WriteCode):
     qid = "q9"
-    title = "Find the bug: the log that repeats itself"
+    title = N_("Find the bug: the log that repeats itself")
     function_name = "grad_history"
     starter = '''\
 def grad_history(steps):
@@ -747,23 +789,25 @@ def grad_history(steps):
 
         def entries(run: CodeRun):
             if not isinstance(run.result, list | tuple):
-                return False, f"your function returned a {type(run.result).__name__}, not a list"
+                return False, _("your function returned a {type}, not a list",
+                                type=type(run.result).__name__)
             got = _values(list(run.result))
             if values_equal(got, want):
                 return True, ""
             if values_equal(got, [want[-1]] * steps):
-                return (False, f"every entry equals the last running total {want[-1]}: each one "
-                               "is the same `.grad` tensor, updated in place by the next backward",
+                return (False, _("every entry equals the last running total {total}: each one "
+                                 "is the same `.grad` tensor, updated in place by the next "
+                                 "backward", total=want[-1]),
                         "detach_copies" if _uses(fn, "detach") and not _uses(fn, "clone")
                         else "grad_log_aliases")
             if values_equal(got, reports):
-                return (False, f"the entries are each micro-batch's own report {reports}, not the "
-                               "running total in `.grad`",
+                return (False, _("the entries are each micro-batch's own report {reports}, not "
+                                 "the running total in `.grad`", reports=reports),
                         "leaf_hook_sees_accumulated" if _uses(fn, "register_hook") else None)
-            return False, f"expected {want}, got {got}"
+            return False, _("expected {want}, got {got}", want=want, got=got)
 
         return self.run_and_require(fn, [
-            _count(steps, "micro-batch", "micro-batches"),
+            _count(steps, _("one entry per micro-batch ({steps} micro-batches)", steps=steps)),
             Requirement("entry k is the running `.grad` after micro-batch k", entries),
         ], part, args=(steps,))
 
@@ -778,7 +822,7 @@ def _reference_training(steps: int) -> list[float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     norms = []
-    for _ in range(steps):
+    for _step in range(steps):
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
         norms.append(float(torch.linalg.vector_norm(model.weight.grad)))
@@ -789,7 +833,7 @@ def _reference_training(steps: int) -> list[float]:
 @lesson.register
 class Q10PiledProbes(WriteCode):
     qid = "q10"
-    title = "Find the bug: probes that pile up"
+    title = N_("Find the bug: probes that pile up")
     function_name = "train_with_log"
     starter = '''\
 def train_with_log(steps):
@@ -813,20 +857,24 @@ def train_with_log(steps):
 
         def values(run: CodeRun):
             if not isinstance(run.result, list | tuple):
-                return False, f"your function returned a {type(run.result).__name__}, not a list"
+                return False, _("your function returned a {type}, not a list",
+                                type=type(run.result).__name__)
             got = _values(list(run.result))
             if values_equal(got, want, 1e-4):
                 return True, ""
-            detail = f"the reference run logs {_rounded(want)}, yours {_rounded(got)}"
-            if isinstance(got, list) and len(got) == steps:
-                first = next(k for k in range(steps) if not values_equal(got[k], want[k], 1e-4))
-                detail += (f": from step {first + 1} on the training itself differs (keep the "
-                           "loop as it is given, `opt.zero_grad()` included)" if first else
-                           ": already at step 1 the logged number is not the weight's gradient "
-                           "norm")
-            return False, detail
+            logs = {"want": _rounded(want), "got": _rounded(got)}
+            if not (isinstance(got, list) and len(got) == steps):
+                return False, _("the reference run logs {want}, yours {got}", **logs)
+            first = next(k for k in range(steps) if not values_equal(got[k], want[k], 1e-4))
+            if first:
+                return False, _("the reference run logs {want}, yours {got}: from step {step} on "
+                                "the training itself differs (keep the loop as it is given, "
+                                "`opt.zero_grad()` included)", step=first + 1, **logs)
+            return False, _("the reference run logs {want}, yours {got}: already at step 1 the "
+                            "logged number is not the weight's gradient norm", **logs)
 
         return self.run_and_require(fn, [
-            _count(steps, "training step", "steps", piled="hooks_pile_up"),
+            _count(steps, _("one entry per training step ({steps} steps)", steps=steps),
+                   piled="hooks_pile_up"),
             Requirement("entry k is the norm of the weight's gradient at step k", values),
         ], part, args=(steps,))

@@ -42,8 +42,9 @@ from autograder.questions import (
     score,
     values_equal,
 )
+from course.i18n import N_, _, is_chinese
 
-lesson = Lesson("05_no_grad", "Switching the monitors off")
+lesson = Lesson("05_no_grad", N_("Switching the monitors off"))
 
 # Captured before any learner code runs in the oracle (see autograder.torchfacts).
 _is_inference = torch._C.TensorBase.is_inference
@@ -77,7 +78,7 @@ mixed = quiet + w                    # after the block, from quiet and w
 @lesson.register
 class Q1MonitorsOff(Predict):
     qid = "q1"
-    title = "Made with the monitors off"
+    title = N_("Made with the monitors off")
     code = QUIET
     items = [
         Item("w.requires_grad", "`no_grad()` does not touch the flags of existing tensors: it only "
@@ -155,7 +156,7 @@ def _branch_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2BackwardThroughQuiet(Predict):
     qid = "q2"
-    title = "Backward through a tensor made under no_grad"
+    title = N_("Backward through a tensor made under no_grad")
     code = BACKWARD_THROUGH_QUIET
     items = [
         Item("error", "`z` was computed from `y` only, and `y` records no history: nothing on the "
@@ -206,7 +207,7 @@ _SCOPE = "grad_mode_scope"
 @lesson.register
 class Q3WhichSwitchWins(Predict):
     qid = "q3"
-    title = "Which switch wins?"
+    title = N_("Which switch wins?")
     code = SWITCHES
     items = [
         Item("a.requires_grad", "`enable_grad()` is the innermost switch when `a = p * 2` runs: "
@@ -264,7 +265,7 @@ def _inference_grad_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q4InferenceMode(Predict):
     qid = "q4"
-    title = "inference_mode() versus no_grad()"
+    title = N_("inference_mode() versus no_grad()")
     code = INFERENCE
     items = [
         Item("frozen.requires_grad", "Nothing is recorded in inference mode either.",
@@ -311,7 +312,7 @@ with torch.no_grad():
 @lesson.register
 class Q5EvalIsNotNoGrad(Predict):
     qid = "q5"
-    title = "model.eval() is not no_grad()"
+    title = N_("model.eval() is not no_grad()")
     code = EVAL
     items = [
         Item("out_eval.requires_grad", "`eval()` only switches layers like Dropout and BatchNorm "
@@ -361,7 +362,7 @@ with torch.no_grad():
 @lesson.register
 class Q6StepInsideNoGrad(Predict):
     qid = "q6"
-    title = "optimizer.step() inside no_grad()"
+    title = N_("optimizer.step() inside no_grad()")
     code = STEP
     items = [
         Item("torch.equal(net_a.weight, net_b.weight)", "`step()` switches recording off itself "
@@ -419,7 +420,7 @@ with torch.inference_mode():
 @lesson.register
 class Q7WhatIsSaved(Predict):
     qid = "q7"
-    title = "What is kept for the audit?"
+    title = N_("What is kept for the audit?")
     code = MEMORY
     items = [
         Item("quiet_bytes == 0", "With the monitors off nothing is recorded, so nothing is "
@@ -498,14 +499,23 @@ def _values(t) -> Any:
     if isinstance(t, int | float) and not isinstance(t, bool):
         return float(t)
     if not tf.is_tensor(t):
-        raise TypeError(f"expected a tensor or a number, got {type(t).__name__}")
+        raise TypeError(_("expected a tensor or a number, got {kind}", kind=type(t).__name__))
     return tf._tolist(t)
 
 
-def _history(t) -> str:
-    """What torch reports about a result's history, for feedback."""
-    name = tf.grad_fn_name(t)
-    return f"has grad_fn `{name}`" if name else "requires grad"
+def _names(names) -> str:
+    """Names as code spans, joined the current language's way (`w`, `b` / `w`、`b`)."""
+    return ("、" if is_chinese() else ", ").join(f"`{n}`" for n in names)
+
+
+#: what a result's history says, per result the learner returns (``what``): with its grad_fn,
+#: and (a result that requires grad without one) without
+_RECORDED = {
+    "output": (N_("your output has grad_fn `{name}`: the forward pass was recorded"),
+               N_("your output requires grad: the forward pass was recorded")),
+    "loss": (N_("your loss has grad_fn `{name}`: the forward pass was recorded"),
+             N_("your loss requires grad: the forward pass was recorded")),
+}
 
 
 def _why_recorded(fn: LearnerFunction, model) -> str | None:
@@ -520,14 +530,17 @@ def _why_recorded(fn: LearnerFunction, model) -> str | None:
 
 
 def _no_history(fn: LearnerFunction, model, what: str):
+    """``what``: ``"output"`` or ``"loss"``, the result the feedback names."""
     def test(run):
         res = run.result
         if not tf.is_tensor(res):
             return True, ""
         if not tf.requires_grad(res):
             return True, ""
-        return (False, f"{what} {_history(res)}: the forward pass was recorded",
-                _why_recorded(fn, model))
+        name = tf.grad_fn_name(res)
+        with_fn, without = _RECORDED[what]
+        text = _(with_fn, name=name) if name else _(without)
+        return False, text, _why_recorded(fn, model)
 
     return test
 
@@ -537,12 +550,15 @@ def _nothing_saved(fn: LearnerFunction, model, name: str):
         if run.saved == 0:
             return True, ""
         res = run.result
+        saved = f"{run.saved:,}"
         if not (tf.is_tensor(res) and tf.requires_grad(res)):
-            return (False, f"autograd saved {run.saved:,} bytes for backward while `{name}` ran; "
-                    "your result has no history, so it was cut off after the forward pass had "
-                    "already been recorded", "detach_saves_memory")
-        return (False, f"autograd saved {run.saved:,} bytes for backward while `{name}` ran: "
-                "the forward pass was recorded", _why_recorded(fn, model))
+            return (False, _("autograd saved {bytes} bytes for backward while `{name}` ran; your "
+                             "result has no history, so it was cut off after the forward pass "
+                             "had already been recorded", bytes=saved, name=name),
+                    "detach_saves_memory")
+        return (False, _("autograd saved {bytes} bytes for backward while `{name}` ran: the "
+                         "forward pass was recorded", bytes=saved, name=name),
+                _why_recorded(fn, model))
 
     return test
 
@@ -550,31 +566,47 @@ def _nothing_saved(fn: LearnerFunction, model, name: str):
 def _still_trainable(params):
     def test(run):
         frozen = [name for name, p in params if not (tf.is_leaf(p) and tf.requires_grad(p))]
-        return not frozen, (f"{', '.join(f'`{n}`' for n in frozen)} no longer "
-                            f"{'requires' if len(frozen) == 1 else 'require'} grad: the next "
-                            "training step would not train "
-                            f"{'it' if len(frozen) == 1 else 'them'}")
+        if not frozen:
+            return True, ""
+        if len(frozen) == 1:
+            return False, _("{names} no longer requires grad: the next training step would not "
+                            "train it", names=_names(frozen))
+        return False, _("{names} no longer require grad: the next training step would not "
+                        "train them", names=_names(frozen))
 
     return test
 
 
 def _grad_mode_back(run: _Counted) -> tuple[bool, str]:
-    return run.grad_mode_after, ("grad mode was still off when your function returned: use a "
-                                 "`with` block (or the decorator) so the switch flips back")
+    return run.grad_mode_after, _("grad mode was still off when your function returned: use a "
+                                  "`with` block (or the decorator) so the switch flips back")
+
+
+#: how the feedback says a result is not the evaluation-mode output, per result (``what``):
+#: the model left in training mode, or another difference
+_NOT_EVAL = {
+    "output": (N_("your output differs from the evaluation-mode output: the model was left in "
+                  "training mode (`model.training` is True), so Dropout dropped at random"),
+               N_("your output differs from the model's evaluation-mode output")),
+    "loss": (N_("the loss differs from the evaluation-mode output: the model was left in "
+                "training mode (`model.training` is True), so Dropout dropped at random"),
+             N_("the loss differs from the model's evaluation-mode output")),
+}
 
 
 def _eval_output(model, want, what: str):
-    """The result equals the model's evaluation-mode output (``want``)."""
+    """The result equals the model's evaluation-mode output (``want``); ``what``: ``"output"``
+    or ``"loss"``, the result the feedback names."""
     def test(run):
         got = _values(run.result)
         if values_equal(got, want):
             return True, ""
+        training, other = _NOT_EVAL[what]
         if model.training:
             quiet = tf.is_tensor(run.result) and not tf.requires_grad(run.result)
-            return (False, f"{what} differs from the evaluation-mode output: the model was left "
-                    "in training mode (`model.training` is True), so Dropout dropped at random",
+            return (False, _(training),
                     "no_grad_disables_dropout" if quiet else None)
-        return False, f"{what} differs from the model's evaluation-mode output"
+        return False, _(other)
 
     return test
 
@@ -603,29 +635,33 @@ def _inference_model(with_batchnorm: bool):
 @lesson.register
 class Q8Predict(WriteCode):
     qid = "q8"
-    title = "Deliver without auditing (write code)"
+    title = N_("Deliver without auditing (write code)")
     function_name = "predict"
     part_names = ["quiet", "eval"]
 
     def grade_code(self, fn, part, variant):
         verdicts = []
-        for label, with_bn in _cases(variant, [("", False)],
-                                     [("With BatchNorm and Dropout: ", True)]):
+        for case, with_bn in _cases(variant, [("", False)],
+                                    [(N_("With BatchNorm and Dropout: "), True)]):
+            label = _(case)
             model, batch = _inference_model(with_bn)
             with _no_grad():
                 want = tf._tolist(copy.deepcopy(model).eval()(batch))
             verdicts.append(_score_counting(self.qid, fn, [
-                Requirement(f"{label}the output records no history",
-                            _no_history(fn, model, "your output"), part="quiet"),
-                Requirement(f"{label}nothing was saved for backward while `predict` ran",
+                Requirement(_("{label}the output records no history", label=label),
+                            _no_history(fn, model, "output"), part="quiet"),
+                Requirement(_("{label}nothing was saved for backward while `predict` ran",
+                              label=label),
                             _nothing_saved(fn, model, "predict"), part="quiet"),
-                Requirement(f"{label}the model's parameters are still trainable afterwards",
+                Requirement(_("{label}the model's parameters are still trainable afterwards",
+                              label=label),
                             _still_trainable(list(model.named_parameters())),
                             "inference_freezes_params", part="quiet"),
-                Requirement(f"{label}grad mode is back on after the call", _grad_mode_back,
-                            _SCOPE, part="quiet"),
-                Requirement(f"{label}the output is the model's evaluation-mode output",
-                            _eval_output(model, want, "your output"), part="eval"),
+                Requirement(_("{label}grad mode is back on after the call", label=label),
+                            _grad_mode_back, _SCOPE, part="quiet"),
+                Requirement(_("{label}the output is the model's evaluation-mode output",
+                              label=label),
+                            _eval_output(model, want, "output"), part="eval"),
             ], part, (model, batch)))
         return Verdict.merge(self.qid, verdicts)
 
@@ -681,43 +717,43 @@ def _sgd_requirements(label: str, params: dict, lr: float) -> list[Requirement]:
         if not bad:
             return True, ""
         if all(values_equal(now(n), before[n]) for n in bad):
-            return False, (f"{', '.join(f'`{n}`' for n in bad)} did not change: "
-                           "`p = p - lr * p.grad` makes a new tensor and only rebinds the name "
-                           "`p`; write into the tensor itself (`p -= lr * p.grad`)")
+            return False, _("{names} did not change: `p = p - lr * p.grad` makes a new tensor "
+                            "and only rebinds the name `p`; write into the tensor itself "
+                            "(`p -= lr * p.grad`)", names=_names(bad))
         n = bad[0]
-        return False, (f"`{n}` is now {_short(now(n))}; `torch.optim.SGD` makes it "
-                       f"{_short(want[n])} (p - lr * p.grad)")
+        return False, _("`{name}` is now {got}; `torch.optim.SGD` makes it {want} "
+                        "(p - lr * p.grad)", name=n, got=_short(now(n)), want=_short(want[n]))
 
     def idle(run):
         return values_equal(now("idle"), want["idle"]), \
-            "the tensor whose `.grad` is `None` changed: `step()` leaves such a tensor alone"
+            _("the tensor whose `.grad` is `None` changed: `step()` leaves such a tensor alone")
 
     def in_place(run):
         silent = [n for n in ("w", "b") if tf.version(params[n]) == versions[n]]
         if not silent:
             return True, ""
         if any(not values_equal(now(n), before[n]) for n in silent):
-            return (False, f"the values of {', '.join(f'`{n}`' for n in silent)} changed but "
-                    "the version counter did not: the write went through `.data`, where "
-                    "autograd cannot see it", "data_is_safe")
-        return False, f"{', '.join(f'`{n}`' for n in silent)} were not written at all"
+            return (False, _("the values of {names} changed but the version counter did not: "
+                             "the write went through `.data`, where autograd cannot see it",
+                             names=_names(silent)), "data_is_safe")
+        return False, _("{names} were not written at all", names=_names(silent))
 
     def no_warning(run):
-        return not run.warnings, f"your function warned: {run.warnings}"
+        return not run.warnings, _("your function warned: {warnings}", warnings=run.warnings)
 
     return [
-        Requirement(f"{label}every tensor with a gradient moved as `torch.optim.SGD` moves it",
-                    moved, part="update"),
-        Requirement(f"{label}the tensor whose `.grad` is `None` was left alone", idle,
-                    "step_updates_all", part="update"),
-        Requirement(f"{label}the tensors are still leaves that require grad",
+        Requirement(_("{label}every tensor with a gradient moved as `torch.optim.SGD` moves it",
+                      label=label), moved, part="update"),
+        Requirement(_("{label}the tensor whose `.grad` is `None` was left alone", label=label),
+                    idle, "step_updates_all", part="update"),
+        Requirement(_("{label}the tensors are still leaves that require grad", label=label),
                     _still_trainable(list(params.items())), "inference_freezes_params",
                     part="update"),
-        Requirement(f"{label}each update was written in place, visible to the version counter",
-                    in_place, part="how"),
-        Requirement(f"{label}grad mode is back on after the call", _grad_mode_back, _SCOPE,
-                    part="how"),
-        Requirement(f"{label}no warning was emitted", no_warning, part="how"),
+        Requirement(_("{label}each update was written in place, visible to the version counter",
+                      label=label), in_place, part="how"),
+        Requirement(_("{label}grad mode is back on after the call", label=label),
+                    _grad_mode_back, _SCOPE, part="how"),
+        Requirement(_("{label}no warning was emitted", label=label), no_warning, part="how"),
     ]
 
 
@@ -728,16 +764,16 @@ def _short(values) -> str:
 @lesson.register
 class Q9SgdStep(WriteCode):
     qid = "q9"
-    title = "Update the sorting centres by hand (write code)"
+    title = N_("Update the sorting centres by hand (write code)")
     function_name = "sgd_step"
     part_names = ["update", "how"]
 
     def grade_code(self, fn, part, variant):
         verdicts = []
-        for label, seed, lr in _cases(variant, [("", 8, 0.1)],
-                                      [("Other tensors, lr = 0.05: ", 9, 0.05)]):
+        for case, seed, lr in _cases(variant, [("", 8, 0.1)],
+                                     [(N_("Other tensors, lr = 0.05: "), 9, 0.05)]):
             params = _sgd_problem(seed)
-            reqs = _sgd_requirements(label, params, lr)
+            reqs = _sgd_requirements(_(case), params, lr)
             args = ([params["w"], params["idle"], params["b"]], lr)
             verdicts.append(_score_counting(self.qid, fn, reqs, part, args, _edit_errors(fn)))
         return Verdict.merge(self.qid, verdicts)
@@ -778,25 +814,25 @@ def _clip_requirements(label: str, model, limit: float) -> list[Requirement]:
         if not bad:
             return True, ""
         if all(values_equal(tf._tolist(p.detach()), before[n]) for n, p in named if n in bad):
-            return False, (f"{', '.join(f'`{n}`' for n in bad)} did not change: "
-                           "`p = p.clamp(...)` makes a new tensor and only rebinds the name; "
-                           "clip the parameters themselves, in place")
-        return False, f"{', '.join(f'`{n}`' for n in bad)} are not clipped to [-limit, limit]"
+            return False, _("{names} did not change: `p = p.clamp(...)` makes a new tensor and "
+                            "only rebinds the name; clip the parameters themselves, in place",
+                            names=_names(bad))
+        return False, _("{names} are not clipped to [-limit, limit]", names=_names(bad))
 
     def trains(run):
         frozen = [n for n, p in named if not tf.requires_grad(p)]
         if frozen:
-            return (False, f"a training step would leave `{frozen[0]}.grad` at `None`: it no "
-                    "longer requires grad", "inference_freezes_params")
+            return (False, _("a training step would leave `{name}.grad` at `None`: it no "
+                             "longer requires grad", name=frozen[0]), "inference_freezes_params")
         got = _train_grads(model)
         bad = [n for n in got if got[n] is None or not values_equal(got[n], want_grads[n])]
         if not bad:
             return True, ""
         if not all(values_equal(tf._tolist(p.detach()), want[n]) for n, p in named):
-            return False, ("the parameters are not the clipped ones, so a training step gives "
-                           "other gradients than the model torch clipped")
-        return False, (f"a training step gives `{bad[0]}` another gradient than the model torch "
-                       "clipped under `no_grad()`")
+            return False, _("the parameters are not the clipped ones, so a training step gives "
+                            "other gradients than the model torch clipped")
+        return False, _("a training step gives `{name}` another gradient than the model torch "
+                        "clipped under `no_grad()`", name=bad[0])
 
     def in_place(run):
         silent = [n for n, p in named if tf.version(p) == versions[n]]
@@ -804,25 +840,27 @@ def _clip_requirements(label: str, model, limit: float) -> list[Requirement]:
             return True, ""
         if any(not values_equal(tf._tolist(p.detach()), before[n]) for n, p in named
                if n in silent):
-            return (False, f"the values of `{silent[0]}` changed but its version counter did "
-                    "not: the write went through `.data`, where autograd cannot see it",
-                    "data_is_safe")
-        return False, f"{', '.join(f'`{n}`' for n in silent)} were not written at all"
+            return (False, _("the values of `{name}` changed but its version counter did not: "
+                             "the write went through `.data`, where autograd cannot see it",
+                             name=silent[0]), "data_is_safe")
+        return False, _("{names} were not written at all", names=_names(silent))
 
     return [
-        Requirement(f"{label}every parameter is clipped to [-{limit}, {limit}]", clipped),
-        Requirement(f"{label}the clipped model trains: a step gives the gradients torch gives "
-                    "the model clipped under `no_grad()`", trains),
-        Requirement(f"{label}the edit was made in place, visible to the version counter",
-                    in_place),
-        Requirement(f"{label}grad mode is back on after the call", _grad_mode_back, _SCOPE),
+        Requirement(_("{label}every parameter is clipped to [-{limit}, {limit}]", label=label,
+                      limit=limit), clipped),
+        Requirement(_("{label}the clipped model trains: a step gives the gradients torch gives "
+                      "the model clipped under `no_grad()`", label=label), trains),
+        Requirement(_("{label}the edit was made in place, visible to the version counter",
+                      label=label), in_place),
+        Requirement(_("{label}grad mode is back on after the call", label=label),
+                    _grad_mode_back, _SCOPE),
     ]
 
 
 @lesson.register
 class Q10ClipCentres(WriteCode):
     qid = "q10"
-    title = "Find the bug: clipping the sorting centres"
+    title = N_("Find the bug: clipping the sorting centres")
     function_name = "clip_centres"
     starter = """\
 def clip_centres(model, limit):
@@ -833,10 +871,10 @@ def clip_centres(model, limit):
 
     def grade_code(self, fn, part, variant):
         verdicts = []
-        for label, seed, limit in _cases(variant, [("", 10, 0.25)],
-                                         [("Another model, limit 0.1: ", 12, 0.1)]):
+        for case, seed, limit in _cases(variant, [("", 10, 0.25)],
+                                        [(N_("Another model, limit 0.1: "), 12, 0.1)]):
             model = _clip_model(seed)
-            reqs = _clip_requirements(label, model, limit)
+            reqs = _clip_requirements(_(case), model, limit)
             verdicts.append(_score_counting(self.qid, fn, reqs, part, (model, limit),
                                             _edit_errors(fn)))
         return Verdict.merge(self.qid, verdicts)
@@ -862,13 +900,13 @@ def _validation_problem(hidden: bool):
 
 def _one_number(res):
     if isinstance(_values(res), list):
-        raise TypeError("return one number (a float or a 0-dim tensor)")
+        raise TypeError(_("return one number (a float or a 0-dim tensor)"))
 
 
 @lesson.register
 class Q11ValidationLoss(WriteCode):
     qid = "q11"
-    title = "Find the bug: the logbook that keeps every parcel"
+    title = N_("Find the bug: the logbook that keeps every parcel")
     function_name = "validation_loss"
     part_names = ["record", "result"]
     starter = """\
@@ -882,8 +920,9 @@ def validation_loss(model, batches):
 
     def grade_code(self, fn, part, variant):
         verdicts = []
-        for label, hidden in _cases(variant, [("", False)],
-                                    [("With BatchNorm, 5 batches: ", True)]):
+        for case, hidden in _cases(variant, [("", False)],
+                                   [(N_("With BatchNorm, 5 batches: "), True)]):
+            label = _(case)
             model, batches = _validation_problem(hidden)
             reference = copy.deepcopy(model).eval()
             with _no_grad():
@@ -892,20 +931,21 @@ def validation_loss(model, batches):
 
             def value(run, model=model, want=want):
                 _one_number(run.result)
-                return _eval_output(model, want, "the loss")(run)
+                return _eval_output(model, want, "loss")(run)
 
             def no_history(run, model=model):
                 _one_number(run.result)
-                return _no_history(fn, model, "your loss")(run)
+                return _no_history(fn, model, "loss")(run)
 
             verdicts.append(_score_counting(self.qid, fn, [
-                Requirement(f"{label}the mean validation loss is right ({want:.6f})", value,
-                            part="record"),
-                Requirement(f"{label}nothing was saved for backward while it ran",
+                Requirement(_("{label}the mean validation loss is right ({want})", label=label,
+                              want=format(want, ".6f")), value, part="record"),
+                Requirement(_("{label}nothing was saved for backward while it ran", label=label),
                             _nothing_saved(fn, model, "validation_loss"), part="record"),
-                Requirement(f"{label}it returns one number that records no history", no_history,
-                            part="result"),
-                Requirement(f"{label}the model's parameters are still trainable afterwards",
+                Requirement(_("{label}it returns one number that records no history",
+                              label=label), no_history, part="result"),
+                Requirement(_("{label}the model's parameters are still trainable afterwards",
+                              label=label),
                             _still_trainable(list(model.named_parameters())),
                             "inference_freezes_params", part="result"),
             ], part, (model, batches)))

@@ -36,8 +36,9 @@ from autograder.questions import (
     says_raises,
     values_equal,
 )
+from course.i18n import N_, _
 
-lesson = Lesson("06_inplace", "In-place operations and the version counter")
+lesson = Lesson("06_inplace", N_("In-place operations and the version counter"))
 
 
 
@@ -90,7 +91,7 @@ def _unscaled_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q1ArticleExample(Predict):
     qid = "q1"
-    title = "The five-scenarios article's in-place example, one step further"
+    title = N_("The five-scenarios article's in-place example, one step further")
     code = ARTICLE_EXAMPLE
     items = [
         Item("error", "`mul` saved its inputs `x` and `y`, not its output `z`; `add_` and `mul_` "
@@ -162,7 +163,7 @@ _Q2_KEYS = ("err_a", "err_b", "err_m", "err_p", "err_q", "err_r")
 @lesson.register
 class Q2WhoSaves(Predict):
     qid = "q2"
-    title = "Does backward raise? Who kept a sample"
+    title = N_("Does backward raise? Who kept a sample")
     code = WHO_SAVES
     items = [
         Item("err_a", "`sigmoid` saves its output (d sigmoid = s*(1-s)); `a.mul_(2)` overwrites "
@@ -228,7 +229,7 @@ def _grad_fn_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q3Versions(Predict):
     qid = "q3"
-    title = "The version counter and CopySlices"
+    title = N_("The version counter and CopySlices")
     code = VERSIONS
     items = [
         Item("h._version", "`h` was changed in place twice (`add_` and the indexed assignment); "
@@ -282,7 +283,7 @@ def _leaf_error_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q4LeafEdits(Predict):
     qid = "q4"
-    title = "In place on a leaf that requires grad"
+    title = N_("In place on a leaf that requires grad")
     code = LEAF_EDITS
     items = [
         Item("err_mul", "An in-place op on a leaf that requires grad raises 'a leaf Variable "
@@ -307,7 +308,8 @@ class Q4LeafEdits(Predict):
 
     def facts(self, ns):
         w = ns["w"]
-        return {"err_mul": exception_answer(ns["err_mul"]), "err_index": exception_answer(ns["err_index"]),
+        return {"err_mul": exception_answer(ns["err_mul"]),
+                "err_index": exception_answer(ns["err_index"]),
                 "w": tf._tolist(w.detach()), "w.is_leaf": tf.is_leaf(w)}
 
 
@@ -351,7 +353,7 @@ def _data_grad_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q5DataVsNoGrad(Predict):
     qid = "q5"
-    title = ".data or no_grad(): silent or loud?"
+    title = N_(".data or no_grad(): silent or loud?")
     code = DATA_VS_NO_GRAD
     items = [
         Item("grad_after_data", "pow's backward computes 3*w**2 from the *saved* `w`, which "
@@ -442,7 +444,7 @@ def _culprit_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q6ReadTheReport(Predict):
     qid = "q6"
-    title = "Find the culprit with anomaly mode"
+    title = N_("Find the culprit with anomaly mode")
     code = ANOMALY
     items = [
         Item("failed_node", "Anomaly mode names the backward function that found its saved "
@@ -492,9 +494,6 @@ def _cases(variant: str, visible: list, hidden: list) -> list:
     return visible + (hidden if variant == "hidden" else [])
 
 
-def _history(t) -> str:
-    name = tf.grad_fn_name(t)
-    return f"grad_fn `{name}`" if name else "no grad_fn"
 
 
 def _show(values: Any) -> str:
@@ -530,20 +529,21 @@ def _inplace_error(fn: LearnerFunction):
 
 
 SQUASH_INPUTS = [("", [0.5, -1.0, 2.0]),
-                 ("A 2x2 input: ", [[0.1, 0.2], [-0.3, 3.0]])]
+                 (N_("A 2x2 input: "), [[0.1, 0.2], [-0.3, 3.0]])]
 
 
 @lesson.register
 class Q7SafeFinish(WriteCode):
     qid = "q7"
-    title = "Write an in-place finish that backward accepts"
+    title = N_("Write an in-place finish that backward accepts")
     function_name = "squash"
 
     def grade_code(self, fn, part, variant):
         import torch
 
         verdicts = []
-        for label, values in _cases(variant, SQUASH_INPUTS[:1], SQUASH_INPUTS[1:]):
+        for case, values in _cases(variant, SQUASH_INPUTS[:1], SQUASH_INPUTS[1:]):
+            label = _(case)
             x = torch.tensor(values, requires_grad=True)
             ref_x = torch.tensor(values, requires_grad=True)
             ref = 3 * torch.tanh(2 * ref_x) + 1       # the reference, out of place
@@ -553,49 +553,54 @@ class Q7SafeFinish(WriteCode):
             def values_ok(run, want=want_values):
                 out = run.result
                 if not tf.is_tensor(out):
-                    return False, f"return a tensor, not {type(out).__name__}"
+                    return False, _("return a tensor, not {kind}", kind=type(out).__name__)
                 got = tf._tolist(out.detach())
-                return values_equal(got, want), (f"expected 3*tanh(2*x) + 1 = {_show(want)}, "
-                                                 f"got {_show(got)}")
+                return values_equal(got, want), _("expected 3*tanh(2*x) + 1 = {want}, got {got}",
+                                                  want=_show(want), got=_show(got))
 
             def inplace_ok(run):
                 out = run.result
                 if not tf.is_tensor(out):
-                    return False, "no tensor was returned"
+                    return False, _("no tensor was returned")
                 if tf.is_leaf(out):
-                    return False, ("your result is a leaf with no recorded history: return the "
-                                   "tensor computed from `x`")
-                return tf.version(out) >= 1, (f"your result has {_history(out)} and `_version` "
-                                              "0: no in-place operation was applied to it")
+                    return False, _("your result is a leaf with no recorded history: return the "
+                                    "tensor computed from `x`")
+                return tf.version(out) >= 1, _("your result has grad_fn `{name}` and `_version` "
+                                               "0: no in-place operation was applied to it",
+                                               name=tf.grad_fn_name(out))
 
             def backward_ok(run, x=x, want=want_grad):
                 err, grad = _backward_outcome(run, x)
-                if err:
-                    return (False, f"backward raised {err}: an in-place op overwrote a value "
-                            "saved for backward (tanh saves its output)",
+                if err and "modified by an inplace operation" in err:
+                    return (False, _("backward raised {error}: an in-place op overwrote a value "
+                                     "saved for backward (tanh saves its output)", error=err),
                             _overwrite_belief(fn, err))
+                if err:
+                    return False, _("backward raised {error}", error=err)
                 if values_equal(grad, want):
                     return True, ""
-                return (False, f"`x.grad` should be {_show(want)}, found {_show(grad)}",
+                return (False, _("`x.grad` should be {want}, found {got}", want=_show(want),
+                                 got=_show(grad)),
                         "data_is_safe" if ".data" in fn.source else None)
 
             verdicts.append(self.run_and_require(fn, [
-                Requirement(f"{label}the values are 3*tanh(2*x) + 1", values_ok),
-                Requirement(f"{label}the result was finished in place (its version counter "
-                            "moved)", inplace_ok),
-                Requirement(f"{label}backward runs and gives the right `x.grad`", backward_ok),
+                Requirement(_("{label}the values are 3*tanh(2*x) + 1", label=label), values_ok),
+                Requirement(_("{label}the result was finished in place (its version counter "
+                              "moved)", label=label), inplace_ok),
+                Requirement(_("{label}backward runs and gives the right `x.grad`", label=label),
+                            backward_ok),
             ], part, args=(x,), on_error=_inplace_error(fn)))
         return Verdict.merge(self.qid, verdicts)
 
 
 RENORM_STARTS = [("", [3.0, 4.0, 0.0], [1.0, 2.0, 3.0]),
-                 ("Another centre: ", [1.0, -2.0, 2.0, 4.0], [0.5, 0.5, -1.0, 2.0])]
+                 (N_("Another centre: "), [1.0, -2.0, 2.0, 4.0], [0.5, 0.5, -1.0, 2.0])]
 
 
 @lesson.register
 class Q8Renormalise(WriteCode):
     qid = "q8"
-    title = "Rescale a sorting centre in place, in the open"
+    title = N_("Rescale a sorting centre in place, in the open")
     function_name = "renormalise_"
     part_names = ["edit", "safe"]
 
@@ -603,7 +608,8 @@ class Q8Renormalise(WriteCode):
         import torch
 
         verdicts = []
-        for label, start, weights in _cases(variant, RENORM_STARTS[:1], RENORM_STARTS[1:]):
+        for case, start, weights in _cases(variant, RENORM_STARTS[:1], RENORM_STARTS[1:]):
+            label = _(case)
             w = torch.tensor(start, requires_grad=True)
             (w * torch.tensor(weights)).sum().backward()   # the audit already ran
             grad_before = tf.grad_values(w)
@@ -615,39 +621,47 @@ class Q8Renormalise(WriteCode):
                 out = run.result
                 if out is w:
                     return (tf.is_leaf(w) and tf.requires_grad(w),
-                            "`w` no longer requires grad: it is no sorting centre any more",
+                            _("`w` no longer requires grad: it is no sorting centre any more"),
                             "inference_freezes_params")
                 if tf.is_tensor(out):
-                    return False, (f"you returned a new tensor with {_history(out)}, not `w` "
-                                   "itself: `w = w / w.norm()` only rebinds the name")
-                return False, "return `w` itself"
+                    name = tf.grad_fn_name(out)
+                    if name:
+                        return False, _("you returned a new tensor with grad_fn `{name}`, not `w` "
+                                        "itself: `w = w / w.norm()` only rebinds the name",
+                                        name=name)
+                    return False, _("you returned a new tensor with no grad_fn, not `w` itself: "
+                                    "`w = w / w.norm()` only rebinds the name")
+                return False, _("return `w` itself")
 
             def values(run, w=w, want=want):
                 got = tf._tolist(w.detach())
                 return values_equal(got, want), \
-                    f"`w` should now be w / w.norm() = {_show(want)}, found {_show(got)}"
+                    _("`w` should now be w / w.norm() = {want}, found {got}", want=_show(want),
+                      got=_show(got))
 
             def recorded(run, w=w, version_before=version_before, want=want):
                 if tf.version(w) > version_before:
                     return True, ""
                 if values_equal(tf._tolist(w.detach()), want):
-                    return (False, "`w` was rescaled but its version counter did not move: the "
-                            "edit went through `.data`, invisible to autograd's checks; edit `w` "
-                            "itself under `torch.no_grad()`", "data_is_safe")
-                return False, "`w` was not written at all"
+                    return (False, _("`w` was rescaled but its version counter did not move: the "
+                                     "edit went through `.data`, invisible to autograd's checks; "
+                                     "edit `w` itself under `torch.no_grad()`"), "data_is_safe")
+                return False, _("`w` was not written at all")
 
             def grad_kept(run, w=w, grad_before=grad_before):
                 g = tf.grad_values(w)
                 return g is not None and values_equal(g, grad_before), \
-                    f"leave `w.grad` alone: it was {_show(grad_before)}, now {_show(g)}"
+                    _("leave `w.grad` alone: it was {before}, now {now}",
+                      before=_show(grad_before), now=_show(g))
 
             verdicts.append(self.run_and_require(fn, [
-                Requirement(f"{label}you returned `w` itself, still a leaf that requires grad",
-                            same, part="edit"),
-                Requirement(f"{label}`w` holds w / w.norm()", values, part="edit"),
-                Requirement(f"{label}the edit bumped `w`'s version counter (no `.data`)",
-                            recorded, part="safe"),
-                Requirement(f"{label}`w.grad` is untouched", grad_kept, part="safe"),
+                Requirement(_("{label}you returned `w` itself, still a leaf that requires grad",
+                              label=label), same, part="edit"),
+                Requirement(_("{label}`w` holds w / w.norm()", label=label), values, part="edit"),
+                Requirement(_("{label}the edit bumped `w`'s version counter (no `.data`)",
+                              label=label), recorded, part="safe"),
+                Requirement(_("{label}`w.grad` is untouched", label=label), grad_kept,
+                            part="safe"),
             ], part, args=(w,), on_error=_inplace_error(fn)))
         return Verdict.merge(self.qid, verdicts)
 
@@ -662,12 +676,12 @@ def _returned_leaf(expected_values):
     def test(run):
         w = run.result
         if not tf.is_tensor(w):
-            return False, f"return `w`, not {type(w).__name__}"
+            return False, _("return `w`, not {kind}", kind=type(w).__name__)
         if not tf.is_leaf(w):
-            return False, (f"the returned tensor has {_history(w)}: it was made from `w`, "
-                           "return the sorting centre itself")
+            return False, _("the returned tensor has grad_fn `{name}`: it was made from `w`, "
+                            "return the sorting centre itself", name=tf.grad_fn_name(w))
         return (tf.requires_grad(w) and values_equal(tf._tolist(w.detach()), expected_values),
-                "return `w` as it was made: a leaf that requires grad, with its values")
+                _("return `w` as it was made: a leaf that requires grad, with its values"))
 
     return test
 
@@ -675,7 +689,7 @@ def _returned_leaf(expected_values):
 @lesson.register
 class Q9ShiftedActivation(WriteCode):
     qid = "q9"
-    title = "Find the bug: the activation shifted in place"
+    title = N_("Find the bug: the activation shifted in place")
     function_name = "forward_backward"
     starter = """\
 def forward_backward():
@@ -702,10 +716,11 @@ def forward_backward():
             if g is not None and values_equal(g, want):
                 return True, ""
             if g is None:
-                return (False, "`w.grad` is `None`: no recorded route led from the loss back "
-                        "to `w`", "detach_keeps_grad" if ".detach(" in fn.source else None)
-            return (False, f"`w.grad` is {_show(g)}; the gradient of the shifted loss, computed "
-                    f"out of place by torch, is {_show(want)}",
+                return (False, _("`w.grad` is `None`: no recorded route led from the loss back "
+                                 "to `w`"),
+                        "detach_keeps_grad" if ".detach(" in fn.source else None)
+            return (False, _("`w.grad` is {got}; the gradient of the shifted loss, computed out "
+                             "of place by torch, is {want}", got=_show(g), want=_show(want)),
                     "data_is_safe" if ".data" in fn.source else None)
 
         return self.run_and_require(fn, [
@@ -722,7 +737,7 @@ CLIP_X = [1.0, 2.0, 3.0]
 @lesson.register
 class Q10DataClip(WriteCode):
     qid = "q10"
-    title = "Find the bug: clipping through .data"
+    title = N_("Find the bug: clipping through .data")
     function_name = "clipped_step"
     part_names = ["grad", "clip"]
     starter = """\
@@ -746,11 +761,12 @@ def clipped_step():
         def leaf(run):
             w = run.result
             if not tf.is_tensor(w):
-                return False, f"return `w`, not {type(w).__name__}"
+                return False, _("return `w`, not {kind}", kind=type(w).__name__)
             if not tf.is_leaf(w):
-                return False, (f"the returned tensor has {_history(w)}: `w = w.clamp(...)` made "
-                               "a new tensor; clip the sorting centre itself")
-            return tf.requires_grad(w), "return `w`, a leaf that requires grad"
+                return False, _("the returned tensor has grad_fn `{name}`: `w = w.clamp(...)` "
+                                "made a new tensor; clip the sorting centre itself",
+                                name=tf.grad_fn_name(w))
+            return tf.requires_grad(w), _("return `w`, a leaf that requires grad")
 
         def grad(run):
             w = run.result
@@ -758,30 +774,32 @@ def clipped_step():
             if g is not None and values_equal(g, want_grad):
                 return True, ""
             if tf.is_tensor(w) and not tf.is_leaf(w):
-                return False, ("the tensor you returned is not the sorting centre: the gradient "
-                               "of the loss is stored on `w` itself, not on what you made from it")
-            return (False, f"`w.grad` is {_show(g)}; the gradient at the weights the loss was "
-                    f"computed with is {_show(want_grad)}",
+                return False, _("the tensor you returned is not the sorting centre: the gradient "
+                                "of the loss is stored on `w` itself, not on what you made from "
+                                "it")
+            return (False, _("`w.grad` is {got}; the gradient at the weights the loss was "
+                             "computed with is {want}", got=_show(g), want=_show(want_grad)),
                     "data_is_safe" if ".data" in fn.source else None)
 
         def clipped(run):
             w = run.result
             if tf.is_tensor(w) and not tf.is_leaf(w):
-                return False, "the sorting centre itself was not clipped, only a new tensor"
+                return False, _("the sorting centre itself was not clipped, only a new tensor")
             got = tf._tolist(w.detach())
             return values_equal(got, want_w), \
-                f"`w` should end clipped to [-1, 1]: {_show(want_w)}, found {_show(got)}"
+                _("`w` should end clipped to [-1, 1]: {want}, found {got}", want=_show(want_w),
+                  got=_show(got))
 
         def recorded(run):
             if not tf.is_leaf(run.result):
-                return False, "the sorting centre itself was not edited"
+                return False, _("the sorting centre itself was not edited")
             if tf.version(run.result) >= 1:
                 return True, ""
             if values_equal(tf._tolist(run.result.detach()), want_w):
-                return (False, "`w` was clipped but its version counter is still 0: the clip "
-                        "went through `.data`, which hides the edit from autograd; clip under "
-                        "`torch.no_grad()` after backward", "data_is_safe")
-            return False, "`w` was not edited in place"
+                return (False, _("`w` was clipped but its version counter is still 0: the clip "
+                                 "went through `.data`, which hides the edit from autograd; clip "
+                                 "under `torch.no_grad()` after backward"), "data_is_safe")
+            return False, _("`w` was not edited in place")
 
         return self.run_and_require(fn, [
             Requirement("`w` is a leaf that requires grad", leaf, part="grad"),

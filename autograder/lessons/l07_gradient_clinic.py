@@ -40,6 +40,7 @@ from autograder.questions import (
     score,
     values_equal,
 )
+from course.i18n import N_, _, is_chinese
 
 lesson = Lesson("07_gradient_clinic", "The gradient clinic")
 
@@ -103,22 +104,30 @@ def _uses(fn: LearnerFunction, *words: str) -> bool:
     return any(w in fn.source for w in words)
 
 
-def _crash(exc: BaseException, where: str) -> LearnerCodeError:
-    """An exception raised by torch while the checker used what the learner's code made."""
-    return LearnerCodeError(f"{_first_line(exc)} ({where})", type(exc).__name__)
+def _crash(exc: BaseException, text: str) -> LearnerCodeError:
+    """An exception raised by torch while the checker used what the learner's code made;
+    ``text`` is the finding: torch's error (``_first_line(exc)``) and where it happened."""
+    return LearnerCodeError(text, type(exc).__name__)
 
 
 def _names(items: list[str]) -> str:
-    return ", ".join(f"`{n}`" for n in items)
+    """Names as code spans, listed the way the current language lists them."""
+    return ("、" if is_chinese() else ", ").join(f"`{n}`" for n in items)
 
 
-def _given(what: str, key: str = "out"):
+def _findings(parts: list[str]) -> str:
+    """Several findings of one check, as one text."""
+    return ("；" if is_chinese() else "; ").join(parts)
+
+
+def _given(message: str, key: str = "out"):
     """Decorate a requirement's test: it first needs the learner's result (``facts[key]``) to be
-    ``what``; ``facts["type"]`` names what was returned instead."""
+    what ``message`` asks for (a text marked with ``N_`` whose ``{type}`` is filled with the type
+    of what was returned instead, ``facts["type"]``)."""
     def wrap(test):
         def checked(facts):
             if facts.get(key) is None:
-                return False, f"return {what}, not `{facts['type']}`"
+                return False, _(message, type=facts["type"])
             return test(facts)
         return checked
     return wrap
@@ -166,7 +175,7 @@ def _zero_grad_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q1Alarm(Predict):
     qid = "q1"
-    title = "The alarm of the parcel-sorting article"
+    title = N_("The alarm of the parcel-sorting article")
     code = ALARM
     items = [
         Item("after_backward", "every parameter took part in the forward pass, so backward filed "
@@ -245,7 +254,7 @@ def _d_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2Loud(Predict):
     qid = "q2"
-    title = "In-place and no_grad(): loud, silent or harmless?"
+    title = N_("In-place and no_grad(): loud, silent or harmless?")
     code = LOUD
     items = [
         Item("error_mul", "mul by a number saves nothing of `z` for backward, so changing `z` in "
@@ -320,7 +329,7 @@ def _grads_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q3Branch(Predict):
     qid = "q3"
-    title = "The branch that multiplies by zero"
+    title = N_("The branch that multiplies by zero")
     code = BRANCH
     items = [
         Item("grads", "`x * 0` is a recorded multiplication: backward reaches `x` and stores "
@@ -372,7 +381,7 @@ fades = {name: ratio < 1e-3 for name, ratio in ratios.items()}
 @lesson.register
 class Q4Fade(Predict):
     qid = "q4"
-    title = "Which stacks fade?"
+    title = N_("Which stacks fade?")
     code = FADE
     # each blank is True or False: the one wrong value means one belief
     items = [
@@ -432,9 +441,10 @@ def clinic() -> dict[str, Any]:
 
 def _patient(variant: str) -> tuple[int, int, str]:
     """(seed, width, how the findings name the patient): the notebook's patient for the
-    visible check, another one (other weights and data, width 6) for the hidden tests."""
+    visible check, another one (other weights and data, width 6) for the hidden tests. The
+    name fills the ``{patient}`` at the start of the requirements' texts."""
     if variant == "hidden":
-        return 1, 6, "Another patient (width 6, new data): "
+        return 1, 6, _("Another patient (width 6, new data): ")
     return 0, 8, ""
 
 
@@ -445,7 +455,7 @@ def _trainable(model) -> list[tuple[str, Any]]:
 def _sgd(model, loss_of, steps: int, lr: float) -> None:
     """The grader's own training loop: ``steps`` SGD steps on ``loss_of(model)``."""
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for _ in range(steps):
+    for _step in range(steps):
         opt.zero_grad()
         loss_of(model).backward()
         opt.step()
@@ -461,14 +471,16 @@ def _status(grad: Any) -> str:
 def _statuses(model, loss) -> dict[str, str]:
     """torch's answer for each trainable parameter of ``model``: none, zero or ok."""
     named = _trainable(model)
-    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True,
+    grads = torch.autograd.grad(loss, [p for __, p in named], allow_unused=True,
                                 retain_graph=True)
-    return {n: _status(g) for (n, _), g in zip(named, grads, strict=True)}
+    return {n: _status(g) for (n, __), g in zip(named, grads, strict=True)}
 
 
 def _starved_text(statuses: dict[str, str]) -> str:
-    words = {"none": "`None`: no route back", "zero": "zeros"}
-    return ", ".join(f"`{n}` ({words[s]})" for n, s in statuses.items() if s != "ok")
+    """The parameters that get no useful report, each with what it gets (empty: none)."""
+    words = {"none": N_("`{name}` (`None`: no route back)"), "zero": N_("`{name}` (zeros)")}
+    return ("、" if is_chinese() else ", ").join(
+        _(words[s], name=n) for n, s in statuses.items() if s != "ok")
 
 
 class Watch:
@@ -523,8 +535,9 @@ class Watch:
 
 
 def _fall_text(start: float, end: float, ref_end: float, steps: int) -> str:
-    return (f"in {steps} SGD steps your run took the loss from {start:.4g} to {end:.4g}; the "
-            f"reference run reaches {ref_end:.4g}")
+    return _("in {steps} SGD steps your run took the loss from {start:.4g} to {end:.4g}; the "
+             "reference run reaches {ref_end:.4g}", steps=steps, start=start, end=end,
+             ref_end=ref_end)
 
 
 def _same_end(end: float, ref_end: float) -> bool:
@@ -538,7 +551,7 @@ def _report_cases(variant: str):
     """(description, model, loss, stale) cases for grad_flow_report; ``stale``: leave earlier
     gradients in .grad before the call."""
     ns = clinic()
-    seed, width, _ = _patient(variant)
+    seed, width, _patient_name = _patient(variant)
     x, y = ns["clinic_problem"](seed)
     cases = []
 
@@ -546,26 +559,26 @@ def _report_cases(variant: str):
     gated.fine.bias.requires_grad_(False)           # frozen: not to be reported
     h = torch.tanh(gated.embed(x))
     loss = F.mse_loss(torch.where(gated.gate(h) > 0, gated.fine(h), gated.coarse(h)), y)
-    cases.append(("a hard gate, right after `zero_grad()`", gated, loss, False))
+    cases.append((N_("a hard gate, right after `zero_grad()`"), gated, loss, False))
 
     model = ns["clinic_model"](seed, width)
     model.spare = torch.nn.Linear(4, 1)             # registered, never used
     h = torch.relu(model.embed(x) - 100.0)          # every ReLU dead: zero gradients upstream
     loss = F.mse_loss(model.head(h), y)
-    cases.append(("dead ReLUs and an unused layer", model, loss, variant == "hidden"))
+    cases.append((N_("dead ReLUs and an unused layer"), model, loss, variant == "hidden"))
 
     if variant == "hidden":
         healthy = ns["clinic_model"](seed + 5, width)
         loss = F.mse_loss(healthy.head(torch.tanh(healthy.embed(x))), y)
-        cases.append(("a healthy model with last step's gradients still in `.grad`", healthy,
-                      loss, True))
+        cases.append((N_("a healthy model with last step's gradients still in `.grad`"),
+                      healthy, loss, True))
     return cases
 
 
 def _stale_grads(model) -> None:
     """Fill .grad with an earlier step's (non-zero) gradients, as a loop without zero_grad."""
     torch.manual_seed(99)
-    for _, p in _trainable(model):
+    for __, p in _trainable(model):
         p.grad = torch.randn_like(p)
 
 
@@ -586,7 +599,7 @@ def _report_myth(said: dict, truth: dict, readings: list[dict]) -> str | None:
 @lesson.register
 class Q5Report(WriteCode):
     qid = "q5"
-    title = "An alarm that tells None from zero"
+    title = N_("An alarm that tells None from zero")
     function_name = "grad_flow_report"
     part_names = ["statuses", "hygiene"]
 
@@ -600,49 +613,54 @@ class Q5Report(WriteCode):
             cases.append((desc, model, loss, truth, before))
 
         def run():
-            return [run_learner(fn, model, loss).result for _, model, loss, _, _ in cases]
+            return [run_learner(fn, model, loss).result for _desc, model, loss, *_rest in cases]
 
         requirements = []
         for i, (desc, model, loss, truth, before) in enumerate(cases):
             def statuses(results, i=i, model=model, truth=truth, before=before):
                 said = results[i]
                 if not isinstance(said, dict):
-                    return False, f"return a dict of name -> status, not `{type(said).__name__}`"
-                wrong = [f"`{n}`: you said {said.get(n)!r}, torch says {s!r}"
+                    return False, _("return a dict of name -> status, not `{type}`",
+                                    type=type(said).__name__)
+                wrong = [_("`{name}`: you said {said}, torch says {truth}", name=n,
+                           said=repr(said.get(n)), truth=repr(s))
                          for n, s in truth.items() if said.get(n) != s]
                 extra = sorted(set(map(str, said)) - set(truth))
                 if extra:
-                    wrong.append(f"{_names(extra)} should not be in the report (frozen, or not a "
-                                 "trainable parameter)")
+                    wrong.append(_("{names} should not be in the report (frozen, or not a "
+                                   "trainable parameter)", names=_names(extra)))
                 readings = [{n: _status(g) for n, g in before.items() if n in truth},
                             {n: _status(tf.grad_values(p)) for n, p in model.named_parameters()
                              if n in truth}]
-                return not wrong, "; ".join(wrong), _report_myth(said, truth, readings)
+                return not wrong, _findings(wrong), _report_myth(said, truth, readings)
 
             def untouched(results, model=model, before=before):
                 changed = [n for n, p in model.named_parameters()
                            if not _same_grad(tf.grad_values(p), before[n])]
-                return not changed, (f"your function changed `.grad` of {_names(changed)}: the "
-                                     "alarm must look without writing (`torch.autograd.grad` "
-                                     "writes no `.grad`; `backward()` adds into it)")
+                return not changed, _("your function changed `.grad` of {names}: the alarm must "
+                                      "look without writing (`torch.autograd.grad` writes no "
+                                      "`.grad`; `backward()` adds into it)",
+                                      names=_names(changed))
 
             def graph_kept(results, model=model, loss=loss):
                 try:
-                    torch.autograd.grad(loss, [p for _, p in _trainable(model)],
+                    torch.autograd.grad(loss, [p for __, p in _trainable(model)],
                                         allow_unused=True)
                 except RuntimeError as exc:
-                    return (False, f"afterwards the training step's own `backward()` fails "
-                                   f"({_first_line(exc)}): keep the route (`retain_graph=True`)",
+                    return (False, _("afterwards the training step's own `backward()` fails "
+                                     "({error}): keep the route (`retain_graph=True`)",
+                                     error=_first_line(exc)),
                             diagnose_error("RuntimeError", str(exc)))
                 return True, ""
 
+            case = _(desc)
             requirements += [
-                Requirement(f"{desc}: every trainable parameter gets torch's status", statuses,
-                            part="statuses"),
-                Requirement(f"{desc}: `.grad` left exactly as it was", untouched,
+                Requirement(_("{case}: every trainable parameter gets torch's status", case=case),
+                            statuses, part="statuses"),
+                Requirement(_("{case}: `.grad` left exactly as it was", case=case), untouched,
                             part="hygiene"),
-                Requirement(f"{desc}: the loss can still be backpropagated", graph_kept,
-                            part="hygiene"),
+                Requirement(_("{case}: the loss can still be backpropagated", case=case),
+                            graph_kept, part="hygiene"),
             ]
         return score(self.qid, requirements, run)
 
@@ -702,7 +720,8 @@ def _measure_deep(fn: LearnerFunction, depth: int, width: int, seed: int) -> dic
             n_last = math.sqrt(sum(v * v for v in _flat(tf._tolist(g_last))))
             facts["ratio"] = n_first / n_last if n_last > 0 else 0.0
     except Exception as exc:
-        raise _crash(exc, f"running your network on a (32, {width}) batch") from None
+        raise _crash(exc, _("{error} (running your network on a (32, {width}) batch)",
+                            error=_first_line(exc), width=width)) from None
     facts["skip"] = _has_skip(model, x)
     if not square:
         return facts
@@ -710,7 +729,7 @@ def _measure_deep(fn: LearnerFunction, depth: int, width: int, seed: int) -> dic
     first_before = _flat(tf._tolist(first))
     try:
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        for _ in range(30):
+        for _step in range(30):
             opt.zero_grad()
             step_loss = F.mse_loss(model(x), y)
             step_loss.backward()
@@ -728,13 +747,12 @@ def _measure_deep(fn: LearnerFunction, depth: int, width: int, seed: int) -> dic
 @lesson.register
 class Q6DeepNet(WriteCode):
     qid = "q6"
-    title = "A deep stack whose first layer learns"
+    title = N_("A deep stack whose first layer learns")
     function_name = "deep_net"
     part_names = ["flow", "training"]
 
     def grade_code(self, fn, part, variant):
         depth, width, seed = (20, 6, 1) if variant == "hidden" else (24, 8, 0)
-        tag = f"{depth} layers of width {width}"
         detached = _uses(fn, "detach(")
 
         def fade_myth(facts):
@@ -744,57 +762,67 @@ class Q6DeepNet(WriteCode):
             return "residual_detach_harmless" if detached and not facts["skip"] else \
                 "sigmoid_stack_healthy"
 
-        module = _given("an `nn.Module`", "module")
+        module = _given(N_("return an `nn.Module`, not `{type}`"), "module")
 
         @module
         def shape(facts):
             ok = facts["square"] >= depth and facts.get("shape") == (32, width)
-            return ok, (f"found {facts['square']} `nn.Linear({width}, {width})` layers and an "
-                        f"output of shape {facts.get('shape')}; expected at least {depth} such "
-                        f"layers and (32, {width})")
+            return ok, _("found {found} `nn.Linear({width}, {width})` layers and an output of "
+                         "shape {shape}; expected at least {depth} such layers and (32, {width})",
+                         found=facts["square"], width=width, shape=facts.get("shape"),
+                         depth=depth)
 
         @module
         def flow(facts):
             ratio = facts["ratio"]
             if ratio is None:
-                return False, f"there is no `nn.Linear({width}, {width})` layer to measure"
+                return False, _("there is no `nn.Linear({width}, {width})` layer to measure",
+                                width=width)
             if ratio < 1e-2:
                 myth = fade_myth(facts)
-                return False, (f"the first layer's gradient is {ratio:.2g} times the last "
-                               "layer's: the report fades on its way back through the stack"
-                               + (" (the skip path is detached: it carries no report)"
-                                  if myth == "residual_detach_harmless" else "")), myth
+                if myth == "residual_detach_harmless":
+                    return False, _("the first layer's gradient is {ratio:.2g} times the last "
+                                    "layer's: the report fades on its way back through the "
+                                    "stack (the skip path is detached: it carries no report)",
+                                    ratio=ratio), myth
+                return False, _("the first layer's gradient is {ratio:.2g} times the last "
+                                "layer's: the report fades on its way back through the stack",
+                                ratio=ratio), myth
             if ratio > 1e2:
-                return False, (f"the first layer's gradient is {ratio:.2g} times the last "
-                               "layer's: it grows on its way back"), (
+                return False, _("the first layer's gradient is {ratio:.2g} times the last "
+                                "layer's: it grows on its way back", ratio=ratio), (
                     "residual_never_explodes" if facts["skip"] else None)
             return True, ""
 
         @module
         def learns(facts):
             if facts["train_error"]:
-                return False, f"training raised {facts['train_error']}"
+                return False, _("training raised {error}", error=facts["train_error"])
             losses = facts["losses"]
             if not losses:
-                return False, f"there is no `nn.Linear({width}, {width})` layer to train"
+                return False, _("there is no `nn.Linear({width}, {width})` layer to train",
+                                width=width)
             if not all(math.isfinite(v) for v in losses) or losses[-1] > 10 * losses[0]:
-                return False, (f"in 30 SGD steps the loss went {losses[0]:.3g} -> "
-                               f"{losses[-1]:.3g}: it exploded instead of vanishing (blocks "
-                               "that keep adding unbounded values grow with depth: bound them, "
-                               "e.g. with `tanh`, or normalise)"), (
+                return False, _("in 30 SGD steps the loss went {start:.3g} -> {end:.3g}: it "
+                                "exploded instead of vanishing (blocks that keep adding "
+                                "unbounded values grow with depth: bound them, e.g. with "
+                                "`tanh`, or normalise)", start=losses[0], end=losses[-1]), (
                     "residual_never_explodes" if facts["skip"] else None)
             ok = losses[-1] < losses[0] and facts["moved"] >= 1e-5
-            return ok, (f"in 30 SGD steps the loss went {losses[0]:.3g} -> {losses[-1]:.3g} and "
-                        f"the first layer's weights moved by {facts['moved']:.2g} of their norm "
-                        "(need a falling loss and at least 1e-5)"), fade_myth(facts)
+            return ok, _("in 30 SGD steps the loss went {start:.3g} -> {end:.3g} and the first "
+                         "layer's weights moved by {moved:.2g} of their norm (need a falling "
+                         "loss and at least 1e-5)", start=losses[0], end=losses[-1],
+                         moved=facts["moved"]), fade_myth(facts)
 
         return score(self.qid, [
-            Requirement(f"{tag}: at least {depth} square layers, input and output of width "
-                        f"{width}", shape, part="flow"),
-            Requirement(f"{tag}: the first layer's gradient is within a factor 100 of the last "
-                        "layer's", flow, part="flow"),
-            Requirement(f"{tag}: the loss falls and the first layer learns", learns,
-                        part="training"),
+            Requirement(_("{depth} layers of width {width}: at least {depth} square layers, "
+                          "input and output of width {width}", depth=depth, width=width),
+                        shape, part="flow"),
+            Requirement(_("{depth} layers of width {width}: the first layer's gradient is "
+                          "within a factor 100 of the last layer's", depth=depth, width=width),
+                        flow, part="flow"),
+            Requirement(_("{depth} layers of width {width}: the loss falls and the first layer "
+                          "learns", depth=depth, width=width), learns, part="training"),
         ], lambda: _measure_deep(fn, depth, width, seed))
 
 
@@ -825,7 +853,7 @@ def _late_monitor_myth(fn: LearnerFunction):
 @lesson.register
 class Q7Monitor(WriteCode):
     qid = "q7"
-    title = "Find the bug: the monitor that reads an empty desk (case 1)"
+    title = N_("Find the bug: the monitor that reads an empty desk (case 1)")
     function_name = "activation_grad_norms"
     starter = '''\
 def activation_grad_norms(model, x, y):
@@ -850,44 +878,47 @@ def activation_grad_norms(model, x, y):
         def norms(run):
             res = run.result
             if not isinstance(res, dict):
-                return False, f"return a dict with the keys 'hidden' and 'output', not {res!r}"
+                return False, _("return a dict with the keys 'hidden' and 'output', not "
+                                "{result}", result=repr(res))
             wrong = []
             for k, v in expected.items():
                 got = _number(res.get(k))
                 if got is None or not _close(got, v):
-                    wrong.append(f"{k}: you returned {res.get(k)!r}, torch says {v:.6g}")
-            return not wrong, "; ".join(wrong)
+                    wrong.append(_("`{key}`: you returned {given}, torch says {value:.6g}", key=k,
+                                   given=repr(res.get(k)), value=v))
+            return not wrong, _findings(wrong)
 
         def params(run):
             mine = [(n, tf.grad_values(p)) for n, p in model.named_parameters()]
             bad = [n for (n, g), r in zip(mine, ref_grads, strict=True) if not _close(g, r)]
             if not bad:
                 return True, ""
-            if all(g is None for _, g in mine):
-                return False, ("the parameters hold no gradient: `backward()` must run once "
-                               "(`torch.autograd.grad` writes no `.grad`)")
+            if all(g is None for __, g in mine):
+                return False, _("the parameters hold no gradient: `backward()` must run once "
+                                "(`torch.autograd.grad` writes no `.grad`)")
             for k in (2, 3):
                 if all(g is not None and _close(g, [v * k for v in _flat(r)])
-                       for (_, g), r in zip(mine, ref_grads, strict=True)):
-                    return False, (f"the parameters hold {k} times one backward's gradient: "
-                                   f"backward ran {k} times and `.grad` adds up"), \
+                       for (__, g), r in zip(mine, ref_grads, strict=True)):
+                    return False, _("the parameters hold {k} times one backward's gradient: "
+                                    "backward ran {k} times and `.grad` adds up", k=k), \
                         "grad_accumulates_not"
-            return False, (f"{_names(bad)} do not hold exactly one backward's gradient (backward "
-                           "must run once, and the monitors must not change it)")
+            return False, _("{names} do not hold exactly one backward's gradient (backward must "
+                            "run once, and the monitors must not change it)", names=_names(bad))
 
         def quiet(run):
             if not run.warnings:
                 return True, ""
             myth = ("nonleaf_grad_silent" if any("not a leaf" in w for w in run.warnings)
                     else None)
-            return False, f"your function warned: {run.warnings[0]}", myth
+            return False, _("your function warned: {warning}", warning=run.warnings[0]), myth
 
         return score(self.qid, [
-            Requirement(pre + "the gradient norms at the hidden activation and the output",
-                        norms),
-            Requirement(pre + "the parameters got one backward's gradient", params),
-            Requirement(pre + "no warning (no `.grad` read off a transit station without a "
-                        "monitor)", quiet),
+            Requirement(_("{patient}the gradient norms at the hidden activation and the output",
+                          patient=pre), norms),
+            Requirement(_("{patient}the parameters got one backward's gradient", patient=pre),
+                        params),
+            Requirement(_("{patient}no warning (no `.grad` read off a transit station without a "
+                          "monitor)", patient=pre), quiet),
         ], lambda: run_learner(fn, model, x, y),
             on_error=lambda exc: _late_monitor_myth(fn) if "NoneType" in exc.summary else None)
 
@@ -906,7 +937,7 @@ def _clinic_forward(m, inputs):
 @lesson.register
 class Q8Huber(WriteCode):
     qid = "q8"
-    title = "Find the bug: the loss that goes quiet near the target (case 2)"
+    title = N_("Find the bug: the loss that goes quiet near the target (case 2)")
     function_name = "huber_loss"
     part_names = ["gradient", "training"]
     starter = '''\
@@ -943,8 +974,8 @@ def huber_loss(pred, target):
             try:
                 value.backward()
             except Exception as exc:
-                raise _crash(exc, "when backward ran from the loss your function returned") \
-                    from None
+                raise _crash(exc, _("{error} (when backward ran from the loss your function "
+                                    "returned)", error=_first_line(exc))) from None
             facts = {"value": _number(value), "grad": tf.grad_values(pred), "error": None}
             loss_fn = define_learner(fn)
             watch = Watch(model)
@@ -961,8 +992,9 @@ def huber_loss(pred, target):
         def value_ok(facts):
             got = facts["value"]
             if got is None:
-                return False, "return the loss as a one-element tensor"
-            return _close(got, want), f"your loss is {got:.6g}, `F.huber_loss` says {want:.6g}"
+                return False, _("return the loss as a one-element tensor")
+            return _close(got, want), _("your loss is {got:.6g}, `F.huber_loss` says {want:.6g}",
+                                        got=got, want=want)
 
         def grad_ok(facts):
             g = facts["grad"]
@@ -971,35 +1003,37 @@ def huber_loss(pred, target):
             flat = _flat(g) if g is not None else []
             dead = [i for i in near if flat and flat[i] == 0.0 and _flat(ref_grad)[i] != 0.0]
             if dead:
-                return False, (f"the {len(dead)} predictions within 1.0 of their target get "
-                               "gradient 0: that branch is computed from a detached tensor, so "
-                               "its route back is cut"), (
+                return False, _("the {n} predictions within 1.0 of their target get gradient 0: "
+                                "that branch is computed from a detached tensor, so its route "
+                                "back is cut", n=len(dead)), (
                     "detach_in_loss_harmless" if detached else None)
-            return False, "the gradient with respect to the predictions differs from " \
-                          "`F.huber_loss`'s"
+            return False, _("the gradient with respect to the predictions differs from "
+                            "`F.huber_loss`'s")
 
         def fed(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}"
+                return False, _("training raised {error}", error=facts["error"])
             statuses = facts["watch"].statuses()
             starved = _starved_text(statuses)
-            return not starved, f"no useful report reaches {starved}"
+            return not starved, _("no useful report reaches {starved}", starved=starved)
 
         def trains(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}"
+                return False, _("training raised {error}", error=facts["error"])
             end = facts["end"]
             return _same_end(end, ref_end), _fall_text(start, end, ref_end, self.STEPS), (
                 "detach_in_loss_harmless" if detached and end > ref_end else None)
 
         return score(self.qid, [
-            Requirement(pre + "the value equals `F.huber_loss`", value_ok, part="gradient"),
-            Requirement(pre + "every prediction gets `F.huber_loss`'s gradient, near the target "
-                        "too", grad_ok, part="gradient"),
-            Requirement(pre + "every parameter receives a gradient while training", fed,
+            Requirement(_("{patient}the value equals `F.huber_loss`", patient=pre), value_ok,
+                        part="gradient"),
+            Requirement(_("{patient}every prediction gets `F.huber_loss`'s gradient, near the "
+                          "target too", patient=pre), grad_ok, part="gradient"),
+            Requirement(_("{patient}every parameter receives a gradient while training",
+                          patient=pre), fed, part="training"),
+            Requirement(_("{patient}{steps} SGD steps with your loss end where they end with "
+                          "`F.huber_loss`", patient=pre, steps=self.STEPS), trains,
                         part="training"),
-            Requirement(pre + f"{self.STEPS} SGD steps with your loss end where they end with "
-                        "`F.huber_loss`", trains, part="training"),
         ], run, on_error=lambda exc: ("detach_in_loss_harmless" if detached
                                       and "does not require grad" in exc.summary else None))
 
@@ -1016,7 +1050,7 @@ def _cut_myth(fn: LearnerFunction) -> str | None:
 @lesson.register
 class Q9NoGrad(WriteCode):
     qid = "q9"
-    title = "Find the bug: monitoring switched off on the first stretch (case 3)"
+    title = N_("Find the bug: monitoring switched off on the first stretch (case 3)")
     function_name = "train"
     part_names = ["gradients", "training"]
     starter = '''\
@@ -1060,14 +1094,14 @@ def train(model, x, y, steps=30):
 
         def why_stuck(end) -> tuple[str, str | None]:
             if watch.cleared():
-                return ("Every parameter got its report (the checker's probes saw it), but "
-                        "`.grad` is `None` when `step()` runs: `zero_grad()` sits between "
-                        "`backward()` and `step()`", "zero_grad_misplaced")
+                return (_("Every parameter got its report (the checker's probes saw it), but "
+                          "`.grad` is `None` when `step()` runs: `zero_grad()` sits between "
+                          "`backward()` and `step()`"), "zero_grad_misplaced")
             piled = watch.piled_up()
             if piled:
-                return (f"The `.grad` of {_names(piled)} holds the sum of every step's report: "
-                        "`zero_grad()` no longer clears the desk at each step",
-                        "zero_grad_misplaced")
+                return (_("The `.grad` of {names} holds the sum of every step's report: "
+                          "`zero_grad()` no longer clears the desk at each step",
+                          names=_names(piled)), "zero_grad_misplaced")
             if any(s == "none" for s in watch.statuses().values()):
                 return "", _cut_myth(fn)
             return "", None
@@ -1075,29 +1109,37 @@ def train(model, x, y, steps=30):
         def fed(end):
             statuses = watch.statuses()
             if all(s == "none" for s in statuses.values()):
-                return False, "no parameter received a gradient: `backward()` never ran"
+                return False, _("no parameter received a gradient: `backward()` never ran")
             starved = _starved_text(statuses)
-            return not starved, f"no useful report reaches {starved}", _cut_myth(fn)
+            return not starved, _("no useful report reaches {starved}", starved=starved), \
+                _cut_myth(fn)
 
         def moved(end):
             still = watch.unmoved()
             if not still:
                 return True, ""
             why, myth = why_stuck(end)
-            return False, f"never moved: {_names(still)}" + (f". {why}" if why else ""), myth
+            if why:
+                return False, _("never moved: {names}. {why}", names=_names(still), why=why), myth
+            return False, _("never moved: {names}", names=_names(still)), myth
 
         def falls(end):
             if _same_end(end, ref_end):
                 return True, ""
             why, myth = why_stuck(end)
-            return False, _fall_text(start, end, ref_end, 30) + (f". {why}" if why else ""), myth
+            fall = _fall_text(start, end, ref_end, 30)
+            if why:
+                return False, _("{fall}. {why}", fall=fall, why=why), myth
+            return False, fall, myth
 
         return score(self.qid, [
-            Requirement(pre + "every parameter receives a non-zero gradient", fed,
-                        part="gradients"),
-            Requirement(pre + "every parameter moves", moved, part="training"),
-            Requirement(pre + "the loss ends where the reference run's ends (the same loop, "
-                        "every parameter recorded)", falls, part="training"),
+            Requirement(_("{patient}every parameter receives a non-zero gradient", patient=pre),
+                        fed, part="gradients"),
+            Requirement(_("{patient}every parameter moves", patient=pre), moved,
+                        part="training"),
+            Requirement(_("{patient}the loss ends where the reference run's ends (the same "
+                          "loop, every parameter recorded)", patient=pre), falls,
+                        part="training"),
         ], run)
 
 
@@ -1108,7 +1150,7 @@ def _forward_inplace_reference(model, x):
 @lesson.register
 class Q10InPlace(WriteCode):
     qid = "q10"
-    title = "Find the bug: negatives wiped in place (case 4)"
+    title = N_("Find the bug: negatives wiped in place (case 4)")
     function_name = "forward"
     part_names = ["gradients", "training"]
     starter = '''\
@@ -1127,9 +1169,9 @@ def forward(model, x):
         # the reference, done by torch before any learner code runs
         reference = copy.deepcopy(model)
         ref_out = _forward_inplace_reference(reference, x)
-        names = [n for n, _ in _trainable(reference)]
+        names = [n for n, __ in _trainable(reference)]
         ref_grads = [tf._tolist(g) for g in torch.autograd.grad(
-            F.mse_loss(ref_out, y), [p for _, p in _trainable(reference)])]
+            F.mse_loss(ref_out, y), [p for __, p in _trainable(reference)])]
         ref_out = tf._tolist(ref_out.detach())
         with torch.no_grad():
             unclamped = tf._tolist(_clinic_forward(model, x))
@@ -1143,10 +1185,11 @@ def forward(model, x):
             if not tf.is_tensor(out):
                 return {"out": None, "type": type(out).__name__}
             try:
-                grads = torch.autograd.grad(F.mse_loss(out, y), [p for _, p in _trainable(model)],
-                                            allow_unused=True)
+                grads = torch.autograd.grad(F.mse_loss(out, y),
+                                            [p for __, p in _trainable(model)], allow_unused=True)
             except Exception as exc:
-                raise _crash(exc, "when backward ran through your output") from None
+                raise _crash(exc, _("{error} (when backward ran through your output)",
+                                    error=_first_line(exc))) from None
             facts = {"out": tf._tolist(out.detach()),
                      "grads": [None if g is None else tf._tolist(g) for g in grads],
                      "error": None}
@@ -1163,7 +1206,7 @@ def forward(model, x):
                 facts["end"] = float(F.mse_loss(_forward_inplace_reference(model, x), y))
             return facts
 
-        tensor = _given("the output tensor")
+        tensor = _given(N_("return the output tensor, not `{type}`"))
 
         @tensor
         def values(facts):
@@ -1171,9 +1214,9 @@ def forward(model, x):
             if _close(out, ref_out):
                 return True, ""
             if _close(out, unclamped):
-                return False, ("your output is `head(tanh(embed(x)))`: the negative activations "
-                               "are no longer set to 0")
-            return False, "your output differs from it"
+                return False, _("your output is `head(tanh(embed(x)))`: the negative activations "
+                                "are no longer set to 0")
+            return False, _("your output differs from it")
 
         @tensor
         def gradients(facts):
@@ -1183,27 +1226,27 @@ def forward(model, x):
                 return True, ""
             missing = [n for n, g in zip(names, facts["grads"], strict=True) if g is None]
             if missing:
-                return False, f"{_names(missing)} get no gradient (`None`: no route back)", \
-                    _cut_myth(fn)
+                return False, _("{names} get no gradient (`None`: no route back)",
+                                names=_names(missing)), _cut_myth(fn)
             if hidden_edit:
-                return False, (f"the gradient of {_names(bad)} differs from torch's: the edit "
-                               "through `.data` was hidden from autograd, so backward used the "
-                               "edited `tanh` output and let the wiped entries pass gradient "
-                               "back to `embed`"), "data_is_safe"
-            return False, f"the gradient of {_names(bad)} differs from torch's"
+                return False, _("the gradient of {names} differs from torch's: the edit through "
+                                "`.data` was hidden from autograd, so backward used the edited "
+                                "`tanh` output and let the wiped entries pass gradient back to "
+                                "`embed`", names=_names(bad)), "data_is_safe"
+            return False, _("the gradient of {names} differs from torch's", names=_names(bad))
 
         @tensor
         def moved(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}", diagnose_error(
-                    facts["error"].split(":")[0], facts["error"])
+                return False, _("training raised {error}", error=facts["error"]), \
+                    diagnose_error(facts["error"].split(":")[0], facts["error"])
             still = facts["watch"].unmoved()
-            return not still, f"never moved: {_names(still)}", _cut_myth(fn)
+            return not still, _("never moved: {names}", names=_names(still)), _cut_myth(fn)
 
         @tensor
         def falls(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}"
+                return False, _("training raised {error}", error=facts["error"])
             end = facts["end"]
             return _same_end(end, ref_end), _fall_text(start, end, ref_end, 30), (
                 "data_is_safe" if hidden_edit else None)
@@ -1213,15 +1256,17 @@ def forward(model, x):
                 return "no_grad_edit_unchecked"
             return None
 
-        target = "`head(tanh(embed(x)).clamp(min=0))`"
         return score(self.qid, [
-            Requirement(pre + f"the output keeps the negatives wiped (the values of {target})",
+            Requirement(_("{patient}the output keeps the negatives wiped (the values of "
+                          "`head(tanh(embed(x)).clamp(min=0))`)", patient=pre),
                         values, part="gradients"),
-            Requirement(pre + f"every parameter gets the gradient torch computes for {target}",
+            Requirement(_("{patient}every parameter gets the gradient torch computes for "
+                          "`head(tanh(embed(x)).clamp(min=0))`", patient=pre),
                         gradients, part="gradients"),
-            Requirement(pre + "every parameter moves in 30 SGD steps", moved, part="training"),
-            Requirement(pre + "the loss ends where the reference run's ends", falls,
-                        part="training"),
+            Requirement(_("{patient}every parameter moves in {steps} SGD steps", patient=pre,
+                          steps=30), moved, part="training"),
+            Requirement(_("{patient}the loss ends where the reference run's ends", patient=pre),
+                        falls, part="training"),
         ], run, on_error=on_error)
 
 
@@ -1244,7 +1289,7 @@ def _gate_myth(fn: LearnerFunction, statuses: dict[str, str]) -> str | None:
 @lesson.register
 class Q11Gate(WriteCode):
     qid = "q11"
-    title = "Find the bug: the gate that never learns (case 5)"
+    title = N_("Find the bug: the gate that never learns (case 5)")
     function_name = "gated_forward"
     part_names = ["gradients", "training"]
     starter = '''\
@@ -1274,7 +1319,8 @@ def gated_forward(model, x):
             try:
                 statuses = _statuses(model, F.mse_loss(out, y))
             except Exception as exc:
-                raise _crash(exc, "when backward ran through your output") from None
+                raise _crash(exc, _("{error} (when backward ran through your output)",
+                                    error=_first_line(exc))) from None
             facts = {"out": out, "statuses": statuses, "error": None}
             forward = define_learner(fn)
             with torch.no_grad():
@@ -1291,39 +1337,41 @@ def gated_forward(model, x):
             facts["watch"] = watch
             return facts
 
-        tensor = _given("the output tensor")
+        tensor = _given(N_("return the output tensor, not `{type}`"))
 
         @tensor
         def fed(facts):
             starved = _starved_text(facts["statuses"])
-            return not starved, f"no useful report reaches {starved}", \
+            return not starved, _("no useful report reaches {starved}", starved=starved), \
                 _gate_myth(fn, facts["statuses"])
 
         @tensor
         def moved(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}"
+                return False, _("training raised {error}", error=facts["error"])
             still = facts["watch"].unmoved()
-            return not still, f"never moved: {_names(still)}", \
+            return not still, _("never moved: {names}", names=_names(still)), \
                 _gate_myth(fn, facts["watch"].statuses())
 
         @tensor
         def falls(facts):
             if facts["error"]:
-                return False, f"training raised {facts['error']}"
+                return False, _("training raised {error}", error=facts["error"])
             start, end = facts["start"], facts["end"]
             # each run's fall from its own start (a soft gate starts elsewhere than a hard one)
             ok = math.isfinite(end) and (start - end) >= 0.9 * (ref_start - ref_end)
-            return ok, (f"in {self.STEPS} SGD steps your run took the loss from {start:.4g} to "
-                        f"{end:.4g}, a fall of {start - end:.3g}; the soft gate's reference run "
-                        f"falls by {ref_start - ref_end:.3g}"), _gate_myth(
+            return ok, _("in {steps} SGD steps your run took the loss from {start:.4g} to "
+                         "{end:.4g}, a fall of {fall:.3g}; the soft gate's reference run falls "
+                         "by {ref_fall:.3g}", steps=self.STEPS, start=start, end=end,
+                         fall=start - end, ref_fall=ref_start - ref_end), _gate_myth(
                 fn, facts["watch"].statuses())
 
         return score(self.qid, [
-            Requirement(pre + "`embed`, `gate`, `fine` and `coarse` all get a non-zero gradient",
-                        fed, part="gradients"),
-            Requirement(pre + f"every parameter moves in {self.STEPS} SGD steps", moved,
+            Requirement(_("{patient}`embed`, `gate`, `fine` and `coarse` all get a non-zero "
+                          "gradient", patient=pre), fed, part="gradients"),
+            Requirement(_("{patient}every parameter moves in {steps} SGD steps", patient=pre,
+                          steps=self.STEPS), moved, part="training"),
+            Requirement(_("{patient}the loss falls at least 90 % as far as with the soft gate "
+                          "`g * fine + (1 - g) * coarse`", patient=pre), falls,
                         part="training"),
-            Requirement(pre + "the loss falls at least 90 % as far as with the soft gate "
-                        "`g * fine + (1 - g) * coarse`", falls, part="training"),
         ], run)

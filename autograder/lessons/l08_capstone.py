@@ -42,8 +42,9 @@ from autograder.questions import (
     show,
     values_equal,
 )
+from course.i18n import N_, _, is_chinese
 
-lesson = Lesson("08_capstone", "Capstone: a broken training loop")
+lesson = Lesson("08_capstone", N_("Capstone: a broken training loop"))
 
 
 # --------------------------------------------------------------------------- the script
@@ -181,11 +182,20 @@ def _variant(variant: str) -> tuple[int, int, int, float]:
 
 
 def _where(variant: str) -> str:
-    """How a requirement says which problem it was checked on (the hidden tests' is another)."""
+    """How a requirement says which problem it was checked on (the hidden tests' is another):
+    a parenthesis at the end of the requirement's text (its ``{where}``)."""
     if variant != "hidden":
         return ""
-    seed, n, _, _ = _variant(variant)
-    return f" (on {n} other parcels, network `make_model({seed})`)"
+    seed, n, _steps, _lr = _variant(variant)
+    return _(" (on {n} other parcels, network `make_model({seed})`)", n=n, seed=seed)
+
+
+def _sep(kind: str = "list") -> str:
+    """What joins the names of a list (``"list"``) or separate findings (``"findings"``) in
+    the current language."""
+    if is_chinese():
+        return "、" if kind == "list" else "；"
+    return ", " if kind == "list" else "; "
 
 
 # --------------------------------------------------------------------------- running pieces
@@ -224,8 +234,9 @@ def run_piece(fn: LearnerFunction, call: Callable[[dict, dict], dict]) -> dict:
             return learner(*args, **kwargs)
         except NameError as exc:
             raise LearnerCodeError(
-                f"{exc}. The checker runs your function on its own, with only torch, nn, F, "
-                "math, make_data and the other functions of the script available.",
+                _("{error}. The checker runs your function on its own, with only torch, nn, F, "
+                  "math, make_data and the other functions of the script available.",
+                  error=_quoted(f"NameError: {exc}")),
                 "NameError") from None
         except Exception as exc:
             raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
@@ -240,8 +251,9 @@ def run_piece(fn: LearnerFunction, call: Callable[[dict, dict], dict]) -> dict:
         except Unusable as exc:
             facts = {"unusable": str(exc)}
         except Exception as exc:  # what the function made broke the checker's measurement
-            facts = {"unusable": f"the checker could not use what your `{fn.name}` made "
-                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"}
+            error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+            facts = {"unusable": _("the checker could not use what your `{name}` made "
+                                   "({error})", name=fn.name, error=_quoted(error))}
     facts["warnings"] = [f"{w.category.__name__}: {str(w.message).split('. ')[0]}"
                          for w in caught]
     facts["source"] = fn.source
@@ -255,7 +267,8 @@ def need(text: str, test: Callable[[dict], Any], part: str = "main") -> Requirem
             return False, facts["unusable"]
         return test(facts)
 
-    return Requirement(text, guarded, part=part)
+    # ``text`` is already in the learner's language: every caller passes a ``_()`` call
+    return Requirement(text=text, test=guarded, part=part)
 
 
 def uses(source: str, *names: str) -> bool:
@@ -338,7 +351,17 @@ def _fmt(values, n: int = 3) -> str:
 
 
 def _names(keys) -> str:
-    return ", ".join(f"`{k}`" for k in keys)
+    return _sep().join(f"`{k}`" for k in keys)
+
+
+def _quoted(text: str) -> str:
+    """What torch or Python said, as code (it stays English in every language)."""
+    return "`" + str(text).replace("`", "'") + "`"
+
+
+def _raised(error: str) -> str:
+    """A backward that raised ``RuntimeError`` with torch's message ``error``."""
+    return _("backward raised `RuntimeError`: {error}", error=_quoted(error))
 
 
 def _when(value: Any, key: str, tol: float = 1e-5):
@@ -368,7 +391,7 @@ def _registered_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q1Gains(Predict):
     qid = "q1"
-    title = "Three ways to make a gain"
+    title = N_("Three ways to make a gain")
     code = GAINS
     items = [
         Item("a.is_leaf", "`a` came out of `*` on a tensor that requires grad: a transit "
@@ -424,7 +447,7 @@ def _zeros_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q2PileUp(Predict):
     qid = "q2"
-    title = "Reports that pile up: w after two steps"
+    title = N_("Reports that pile up: w after two steps")
     code = PILE_UP
     items = [
         Item("grad_after_two", "d loss / d w = x at every step, and `backward()` adds into "
@@ -502,7 +525,7 @@ def _data_myth(given: Any, expected: Any) -> str | None:
 @lesson.register
 class Q3Edits(Predict):
     qid = "q3"
-    title = "Raise, silent, or silently wrong?"
+    title = N_("Raise, silent, or silently wrong?")
     code = EDITS
     items = [
         Item("grad_after_add", "`mul` saved `x` and `y`, not `z`: adding 1 to `z` in place "
@@ -558,19 +581,6 @@ report = diagnose(kitchen, step=tasting, theme="kitchen")
 status = {row.name: row.status for row in report.per_parameter}
 """
 
-_STATUS_WHY = {
-    "chop.weight": "chop feeds the dish through `relu` and season: a healthy, non-zero "
-    "gradient.",
-    "garnish.weight": "garnish's value reaches the loss only through `detach()`: the doctor "
-    "reports it as `detached`.",
-    "dip.weight": "dip was cooked inside `no_grad()`: nothing was recorded, status `no_grad`.",
-    "oven.weight": "oven is registered but never used in `tasting()`: status `unused`.",
-    "spice": "spice is on the route but multiplied by 0: its gradient exists and is exactly 0, "
-    "status `zero` (a `grad is None` check misses it).",
-    "sauce.weight": "sauce does not require grad: the doctor lists it as `frozen`, which it "
-    "does not count as a problem (freezing is often deliberate).",
-}
-
 #: For each parameter, the wrong statuses that carry a belief's signature.
 _STATUS_MYTHS = {
     "spice": {"none": "zero_gradient_is_none", "unused": "zero_gradient_is_none",
@@ -590,16 +600,27 @@ def _status_myth(key: str):
 @lesson.register
 class Q4Doctor(Predict):
     qid = "q4"
-    title = "What the doctor says"
+    title = N_("What the doctor says")
     code = CLINIC
     items = [
-        Item(k, _STATUS_WHY[k], _status_myth(k),
-             part="cuts" if k in ("garnish.weight", "dip.weight", "oven.weight") else "quiet")
-        for k in _STATUS_WHY
+        Item("chop.weight", "chop feeds the dish through `relu` and season: a healthy, non-zero "
+             "gradient.", _status_myth("chop.weight"), part="quiet"),
+        Item("garnish.weight", "garnish's value reaches the loss only through `detach()`: the "
+             "doctor reports it as `detached`.", _status_myth("garnish.weight"), part="cuts"),
+        Item("dip.weight", "dip was cooked inside `no_grad()`: nothing was recorded, status "
+             "`no_grad`.", _status_myth("dip.weight"), part="cuts"),
+        Item("oven.weight", "oven is registered but never used in `tasting()`: status "
+             "`unused`.", _status_myth("oven.weight"), part="cuts"),
+        Item("spice", "spice is on the route but multiplied by 0: its gradient exists and is "
+             "exactly 0, status `zero` (a `grad is None` check misses it).",
+             _status_myth("spice"), part="quiet"),
+        Item("sauce.weight", "sauce does not require grad: the doctor lists it as `frozen`, "
+             "which it does not count as a problem (freezing is often deliberate).",
+             _status_myth("sauce.weight"), part="quiet"),
     ]
 
     def facts(self, ns):
-        return {k: ns["status"][k] for k in _STATUS_WHY}
+        return {item.key: ns["status"][item.key] for item in self.items}
 
 
 # --------------------------------------------------------------------------- q5: make_model
@@ -608,7 +629,7 @@ class Q4Doctor(Predict):
 @lesson.register
 class Q5MakeModel(Piece):
     qid = "q5"
-    title = "Find the bug: the network (make_model)"
+    title = N_("Find the bug: the network (make_model)")
     function_name = "make_model"
     part_names = ["gain", "frozen"]
     starter = BUGGY_MAKE_MODEL
@@ -616,11 +637,12 @@ class Q5MakeModel(Piece):
     def measure(self, ns, ref, variant, parts):
         import torch
 
-        seed, n, _, _ = _variant(variant)
+        seed, n, _steps, _lr = _variant(variant)
         X, y = ref["make_data"](seed, n)
         model = ns["make_model"](seed)
         if not isinstance(model, torch.nn.Module):
-            raise Unusable(f"`make_model` returned {type(model).__name__}, not an `nn.Module`")
+            raise Unusable(_("`make_model` returned {kind}, not an `nn.Module`",
+                             kind=type(model).__name__))
         named = _named(model)
         gain = getattr(model, "gain", None)
         facts: dict[str, Any] = {
@@ -646,59 +668,72 @@ class Q5MakeModel(Piece):
             if "gain" in f["names"]:
                 return True
             if g is None:
-                return False, "your `model` has no tensor `gain` at all"
-            return (False, f"`model.named_parameters()` lists {_names(f['names'])} and not "
-                    f"`gain`: your `gain` is a plain tensor stored on the module, so no optimizer "
-                    "built from `model.parameters()` ever sees it (wrap it: `nn.Parameter(...)`)",
+                return False, _("your `model` has no tensor `gain` at all")
+            return (False, _("`model.named_parameters()` lists {names} and not `gain`: your "
+                             "`gain` is a plain tensor stored on the module, so no optimizer "
+                             "built from `model.parameters()` ever sees it (wrap it: "
+                             "`nn.Parameter(...)`)", names=_names(f["names"])),
                     "tensor_attribute_is_parameter")
 
         def centre(f):
             g = f["gain"]
             if g is None:
-                return False, "your `model` has no tensor `gain`"
+                return False, _("your `model` has no tensor `gain`")
             if g["kind"] == "intermediate":
-                return (False, f"your `gain` has grad_fn `{g['grad_fn']}`: it was made by an "
-                        "operation on a tensor that requires grad, so it is a transit station, "
-                        "not a sorting centre", "output_can_be_leaf")
+                return (False, _("your `gain` has grad_fn `{grad_fn}`: it was made by an "
+                                 "operation on a tensor that requires grad, so it is a transit "
+                                 "station, not a sorting centre", grad_fn=g["grad_fn"]),
+                        "output_can_be_leaf")
             if g["kind"] == "constant":
-                return False, ("your `gain` is a leaf that does not require grad (an ordinary "
-                               "parcel): nobody audits it")
-            return g["shape"] == [16], f"your `gain` has shape {g['shape']}, not [16]"
+                return False, _("your `gain` is a leaf that does not require grad (an ordinary "
+                                "parcel): nobody audits it")
+            return g["shape"] == [16], _("your `gain` has shape {shape}, not [16]",
+                                         shape=g["shape"])
 
         def values(f):
             g = f["gain"]
             if g is None:
-                return False, "your `model` has no tensor `gain`"
-            return values_equal(g["values"], f["ref_gain"], 1e-6), (
-                f"your `gain` starts at {_fmt(g['values'])}, the correct script's at "
-                f"{_fmt(f['ref_gain'])}: keep `torch.randn(16) * 0.5`, drawn after the three "
-                "layers")
+                return False, _("your `model` has no tensor `gain`")
+            return values_equal(g["values"], f["ref_gain"], 1e-6), _(
+                "your `gain` starts at {mine}, the correct script's at {want}: keep "
+                "`torch.randn(16) * 0.5`, drawn after the three layers",
+                mine=_fmt(g["values"]), want=_fmt(f["ref_gain"]))
 
         def frozen_detail(f, keys):
-            still = f"{_names(keys)} {'has' if len(keys) == 1 else 'have'} `requires_grad=False`"
+            names, one = _names(keys), len(keys) == 1
             if f["flags"]:
-                return (f"`{f['flags'][0]}.requires_grad = ...` only set a plain Python "
-                        f"attribute on the module: {still}", "module_requires_grad_attr")
-            return (f"{still}: the warm-up freeze was never undone, so no report reaches them "
-                    "and `step()` skips them", "warmup_freeze_forgotten")
+                flag = f["flags"][0]
+                return ((_("`{flag}.requires_grad = ...` only set a plain Python attribute on "
+                           "the module: {names} has `requires_grad=False`", flag=flag,
+                           names=names) if one else
+                         _("`{flag}.requires_grad = ...` only set a plain Python attribute on "
+                           "the module: {names} have `requires_grad=False`", flag=flag,
+                           names=names)), "module_requires_grad_attr")
+            return ((_("{names} has `requires_grad=False`: the warm-up freeze was never undone, "
+                       "so no report reaches it and `step()` skips it", names=names) if one else
+                     _("{names} have `requires_grad=False`: the warm-up freeze was never "
+                       "undone, so no report reaches them and `step()` skips them",
+                       names=names)), "warmup_freeze_forgotten")
 
         def trains(f):
             missing = [k for k in LAYERS if k not in f["names"]]
             if missing:
-                return False, f"the layers' parameters {_names(missing)} are missing"
+                return False, _("the layers' parameters {names} are missing",
+                                names=_names(missing))
             frozen = [k for k in LAYERS if not f["requires"][k]]
             if frozen:
                 return (False, *frozen_detail(f, frozen))
             return True
 
         return [
-            need(f"`gain` is registered as one of the network's parameters{where}", registered,
-                 "gain"),
-            need("`gain` is a sorting centre: a leaf that requires grad, with 16 entries",
+            need(_("`gain` is registered as one of the network's parameters{where}",
+                   where=where), registered, "gain"),
+            need(_("`gain` is a sorting centre: a leaf that requires grad, with 16 entries"),
                  centre, "gain"),
-            need(f"`gain` starts at the correct script's 16 values{where}", values, "gain"),
-            need(f"every layer's parameters require grad: nothing is left frozen{where}",
-                 trains, "frozen"),
+            need(_("`gain` starts at the correct script's 16 values{where}", where=where), values,
+                 "gain"),
+            need(_("every layer's parameters require grad: nothing is left frozen{where}",
+                   where=where), trains, "frozen"),
         ]
 
 
@@ -723,7 +758,7 @@ _NO_CLAMP, _CLAMP = 3.0, -0.3
 @lesson.register
 class Q6Forward(Piece):
     qid = "q6"
-    title = "Find the bug: the route (forward)"
+    title = N_("Find the bug: the route (forward)")
     function_name = "forward"
     part_names = ["no_grad", "inplace", "data"]
     starter = BUGGY_FORWARD
@@ -734,7 +769,7 @@ class Q6Forward(Piece):
              "data": (["out.weight", "out.bias"], _CLAMP)}
 
     def measure(self, ns, ref, variant, parts):
-        seed, n, _, _ = _variant(variant)
+        seed, n, _steps, _lr = _variant(variant)
         X, y = ref["make_data"](seed, n)
         facts: dict[str, Any] = {}
         for bias in (_NO_CLAMP, _CLAMP):
@@ -749,8 +784,8 @@ class Q6Forward(Piece):
             out = ns["forward"](model, X)
             if not (isinstance(out, tuple | list) and len(out) == 2
                     and all(tf.is_tensor(t) for t in out)):
-                raise Unusable(f"`forward` must return the pair `(pred, h)`; yours returned "
-                               f"{type(out).__name__}")
+                raise Unusable(_("`forward` must return the pair `(pred, h)`; yours returned "
+                                 "{kind}", kind=type(out).__name__))
             pred, h = out
             loss = ref["loss_fn"](pred, y, h)
             named = _named(model)
@@ -769,11 +804,12 @@ class Q6Forward(Piece):
 
     @staticmethod
     def _same(f, part) -> tuple[bool, str]:
-        bad = [f"`{k}` gets {_fmt(f[part]['got'].get(k))}, the correct forward's "
-               f"{_fmt(want)}" for k, want in f[part]["ref"].items()
+        bad = [_("`{name}` gets {got}, the correct forward's {want}", name=k,
+                 got=_fmt(f[part]["got"].get(k)), want=_fmt(want))
+               for k, want in f[part]["ref"].items()
                if f[part]["got"].get(k) is None or not values_equal(f[part]["got"][k], want,
                                                                      1e-4)]
-        return not bad, "; ".join(bad)
+        return not bad, _sep("findings").join(bad)
 
     def requirements(self, variant):
         where = _where(variant)
@@ -783,36 +819,39 @@ class Q6Forward(Piece):
             if ok:
                 return True
             if f["no_grad"]["error"]:
-                return False, f"backward raised `RuntimeError`: {f['no_grad']['error']}"
+                return False, _raised(f["no_grad"]["error"])
             if any(f["no_grad"]["got"].get(k) is None for k in f["no_grad"]["ref"]):
                 if uses(f["source"], ".detach"):
-                    return (False, detail + ": `detach()` cut `base` off its route, so the "
-                            "direct route's sorting centres get no report", "detach_keeps_grad")
+                    return (False, _("{detail}: `detach()` cut `base` off its route, so the "
+                                     "direct route's sorting centres get no report",
+                                     detail=detail), "detach_keeps_grad")
                 if uses(f["source"], *GRAD_OFF):
-                    return (False, detail + ": the direct route was computed with the "
-                            "monitoring switched off, so it has no route back",
-                            "no_grad_branch_counts")
+                    return (False, _("{detail}: the direct route was computed with the "
+                                     "monitoring switched off, so it has no route back",
+                                     detail=detail), "no_grad_branch_counts")
             return False, detail
 
         def through_tanh(f):
             err = f["inplace"]["error"]
             if err:
                 if "modified by an inplace operation" in err:
-                    return (False, "backward raised `RuntimeError` ('modified by an inplace "
-                            "operation'): `tanh` saved its output for backward, and your code "
-                            "changed that output in place", "saved_values_confused")
-                return False, f"backward raised `RuntimeError`: {err}"
+                    return (False, _("backward raised `RuntimeError` ('modified by an inplace "
+                                     "operation'): `tanh` saved its output for backward, and "
+                                     "your code changed that output in place"),
+                            "saved_values_confused")
+                return False, _raised(err)
             ok, detail = self._same(f, "inplace")
             if ok:
                 return True
             if uses(f["source"], ".data"):
-                return (False, detail + ": an edit through `.data` is invisible to autograd, "
-                        "so the reports come out silently wrong", "data_is_safe")
+                return (False, _("{detail}: an edit through `.data` is invisible to autograd, "
+                                 "so the reports come out silently wrong", detail=detail),
+                        "data_is_safe")
             if not f[_NO_CLAMP]["h_tracked"]:
-                return (False, "the `h` your `forward` returns does not require grad, so the "
-                        "penalty computed from it sends no report to `hidden` and `gain` ("
-                        + detail + ")", "detach_in_loss_harmless" if uses(f["source"], ".detach")
-                        else None)
+                return (False, _("the `h` your `forward` returns does not require grad, so the "
+                                 "penalty computed from it sends no report to `hidden` and "
+                                 "`gain` ({detail})", detail=detail),
+                        "detach_in_loss_harmless" if uses(f["source"], ".detach") else None)
             return False, detail
 
         def clamped(f):
@@ -821,36 +860,39 @@ class Q6Forward(Piece):
                 return True
             below = sum(1 for row in mine for v in row if v < 0) if isinstance(mine, list) \
                 else 0
-            return False, (f"your predictions differ from the correct forward's ({below} of "
-                           "them are below 0)" if below else
-                           "your predictions differ from the correct forward's")
+            return False, (_("your predictions differ from the correct forward's ({below} of "
+                             "them are below 0)", below=below) if below else
+                           _("your predictions differ from the correct forward's"))
 
         def true_report(f):
             ok, detail = self._same(f, "data")
             if ok:
                 return True
             if f["data"]["error"]:
-                return False, f"backward raised `RuntimeError`: {f['data']['error']}"
+                return False, _raised(f["data"]["error"])
             made = f[_CLAMP]["grad_fn"]
             if uses(f["source"], ".data"):
-                return (False, f"your `pred` has grad_fn `{made}`: the clamp made through "
-                        "`.data` is not on its recipe, so backward computes the report of the "
-                        f"unclamped prediction ({detail})", "data_is_safe")
+                return (False, _("your `pred` has grad_fn `{grad_fn}`: the clamp made through "
+                                 "`.data` is not on its recipe, so backward computes the report "
+                                 "of the unclamped prediction ({detail})", grad_fn=made,
+                                 detail=detail), "data_is_safe")
             if uses(f["source"], *GRAD_OFF):
-                return (False, f"your `pred` has grad_fn `{made}`: the clamp ran with the "
-                        "monitoring switched off, so it is not on the recipe and backward "
-                        f"computes the report of the unclamped prediction ({detail})")
-            return False, f"your `pred` has grad_fn `{made}`; {detail}"
+                return (False, _("your `pred` has grad_fn `{grad_fn}`: the clamp ran with the "
+                                 "monitoring switched off, so it is not on the recipe and "
+                                 "backward computes the report of the unclamped prediction "
+                                 "({detail})", grad_fn=made, detail=detail))
+            return False, _("your `pred` has grad_fn `{grad_fn}`; {detail}", grad_fn=made,
+                            detail=detail)
 
         return [
-            need(f"the direct route is recorded: `shortcut.weight` and `shortcut.bias` get "
-                 f"their report from the loss{where}", direct, "no_grad"),
-            need(f"backward runs through `tanh`, and `hidden.*` and `gain` get the correct "
-                 f"reports{where}", through_tanh, "inplace"),
-            need(f"predictions are clamped at 0 (a delivery never takes negative time){where}",
-                 clamped, "data"),
-            need("with part of the batch clamped at 0, `out.weight` and `out.bias` get the "
-                 "true report of the clamped prediction", true_report, "data"),
+            need(_("the direct route is recorded: `shortcut.weight` and `shortcut.bias` get "
+                   "their report from the loss{where}", where=where), direct, "no_grad"),
+            need(_("backward runs through `tanh`, and `hidden.*` and `gain` get the correct "
+                   "reports{where}", where=where), through_tanh, "inplace"),
+            need(_("predictions are clamped at 0 (a delivery never takes negative time){where}",
+                   where=where), clamped, "data"),
+            need(_("with part of the batch clamped at 0, `out.weight` and `out.bias` get the "
+                   "true report of the clamped prediction"), true_report, "data"),
         ]
 
 
@@ -860,27 +902,29 @@ class Q6Forward(Piece):
 @lesson.register
 class Q7Loss(Piece):
     qid = "q7"
-    title = "Find the bug: the penalty that trains nothing (loss_fn)"
+    title = N_("Find the bug: the penalty that trains nothing (loss_fn)")
     function_name = "loss_fn"
     starter = BUGGY_LOSS
 
     def measure(self, ns, ref, variant, parts):
         import torch
 
-        seed, n, _, _ = _variant(variant)
+        seed, n, _steps, _lr = _variant(variant)
         g = torch.Generator().manual_seed(seed + 100)
         pred0 = torch.rand(n, 1, generator=g) * 3
         feats0 = torch.randn(n, 16, generator=g)
-        _, y = ref["make_data"](seed, n)
+        _X, y = ref["make_data"](seed, n)
         pred, feats = pred0.clone().requires_grad_(), feats0.clone().requires_grad_()
         want = ref["loss_fn"](pred, y, feats)
         facts: dict[str, Any] = {"ref_value": float(want), "ref": _grads(want, [pred, feats])}
         pred, feats = pred0.clone().requires_grad_(), feats0.clone().requires_grad_()
         loss = ns["loss_fn"](pred, y, feats)
-        if not tf.is_tensor(loss) or loss.numel() != 1:
-            raise Unusable(f"`loss_fn` must return a one-element tensor; yours returned "
-                           f"{type(loss).__name__}"
-                           f"{' of shape ' + str(list(loss.shape)) if tf.is_tensor(loss) else ''}")
+        if not tf.is_tensor(loss):
+            raise Unusable(_("`loss_fn` must return a one-element tensor; yours returned {kind}",
+                             kind=type(loss).__name__))
+        if loss.numel() != 1:
+            raise Unusable(_("`loss_fn` must return a one-element tensor; yours returned a "
+                             "tensor of shape {shape}", shape=list(loss.shape)))
         facts["value"] = float(tf._tolist(loss.reshape(())))
         facts["grad_fn"] = tf.grad_fn_name(loss)
         facts["got"] = _grads(loss, [pred, feats]) if tf.requires_grad(loss) else [None, None]
@@ -890,34 +934,36 @@ class Q7Loss(Piece):
         where = _where(variant)
 
         def value(f):
-            return values_equal(f["value"], f["ref_value"], 1e-5), (
-                f"your loss is {f['value']:.6g}; `fit + 0.01 * calm` is {f['ref_value']:.6g}")
+            return values_equal(f["value"], f["ref_value"], 1e-5), _(
+                "your loss is {mine:.6g}; `fit + 0.01 * calm` is {want:.6g}", mine=f["value"],
+                want=f["ref_value"])
 
         def to_pred(f):
             got, want = f["got"][0], f["ref"][0]
             if got is None:
-                return False, (f"no report reaches `pred`: your loss has grad_fn "
-                               f"`{f['grad_fn']}`")
-            return values_equal(got, want, 1e-5), (
-                f"d loss / d pred is {_fmt(got)}, the squared error's is {_fmt(want)}")
+                return False, _("no report reaches `pred`: your loss has grad_fn `{grad_fn}`",
+                                grad_fn=f["grad_fn"])
+            return values_equal(got, want, 1e-5), _(
+                "d loss / d pred is {mine}, the squared error's is {want}", mine=_fmt(got),
+                want=_fmt(want))
 
         def to_features(f):
             got, want = f["got"][1], f["ref"][1]
             if got is None:
                 myth = ("no_grad_branch_counts" if uses(f["source"], *GRAD_OFF)
                         else "detach_in_loss_harmless")
-                return (False, f"your loss has grad_fn `{f['grad_fn']}`, but no report reaches "
-                        "`features`: the penalty was computed from a copy cut off its route, "
-                        "so it calms nothing", myth)
-            return values_equal(got, want, 1e-5), (
-                f"d loss / d features is {_fmt(got)}, expected 0.01 * 2 * features / numel = "
-                f"{_fmt(want)}")
+                return (False, _("your loss has grad_fn `{grad_fn}`, but no report reaches "
+                                 "`features`: the penalty was computed from a copy cut off its "
+                                 "route, so it calms nothing", grad_fn=f["grad_fn"]), myth)
+            return values_equal(got, want, 1e-5), _(
+                "d loss / d features is {mine}, expected 0.01 * 2 * features / numel = {want}",
+                mine=_fmt(got), want=_fmt(want))
 
         return [
-            need(f"the loss value is `fit + 0.01 * calm`{where}", value),
-            need("d loss / d `pred` is the squared error's report", to_pred),
-            need("the penalty sends its report to `features` (and so on to `hidden` and "
-                 "`gain`)", to_features),
+            need(_("the loss value is `fit + 0.01 * calm`{where}", where=where), value),
+            need(_("d loss / d `pred` is the squared error's report"), to_pred),
+            need(_("the penalty sends its report to `features` (and so on to `hidden` and "
+                   "`gain`)"), to_features),
         ]
 
 
@@ -981,7 +1027,7 @@ def _floats(losses) -> list[float] | None:
 @lesson.register
 class Q8Train(Piece):
     qid = "q8"
-    title = "Find the bug: reports that pile up (train)"
+    title = N_("Find the bug: reports that pile up (train)")
     function_name = "train"
     part_names = ["zero_grad", "converges"]
     starter = BUGGY_TRAIN
@@ -1004,6 +1050,7 @@ class Q8Train(Piece):
 
     def requirements(self, variant):
         where = _where(variant)
+        short = self.SHORT
 
         def same(a: dict, b: dict, tol: float = 1e-4) -> list[str]:
             return [k for k, v in b.items() if not values_equal(a.get(k), v, tol)]
@@ -1026,39 +1073,46 @@ class Q8Train(Piece):
             if not bad:
                 return True
             if piled(f):
-                return (False, f"after {self.SHORT} steps your parameters are those of the "
-                        "colleague's run: each step added its report onto the ones before"
-                        + (", whatever your `zero_grad()` cleared" if cleared(f) else ""),
-                        "zero_grad_misplaced" if cleared(f) else "grad_accumulates_not")
+                if cleared(f):
+                    return (False, _("after {steps} steps your parameters are those of the "
+                                     "colleague's run: each step added its report onto the ones "
+                                     "before, whatever your `zero_grad()` cleared", steps=short),
+                            "zero_grad_misplaced")
+                return (False, _("after {steps} steps your parameters are those of the "
+                                 "colleague's run: each step added its report onto the ones "
+                                 "before", steps=short), "grad_accumulates_not")
             if still(f) and zero_grad_between(f["source"]):
-                return (False, f"after {self.SHORT} steps no parameter has moved: your "
-                        "`zero_grad()` runs between `backward()` and `step()`, so it throws "
-                        "each step's reports away before `step()` can use them",
-                        "zero_grad_misplaced")
-            return False, (f"after {self.SHORT} steps {_names(bad[:3])} differ from the "
-                           "correct run: each update must use that step's report only, with "
-                           "plain SGD and the given learning rate")
+                return (False, _("after {steps} steps no parameter has moved: your "
+                                 "`zero_grad()` runs between `backward()` and `step()`, so it "
+                                 "throws each step's reports away before `step()` can use them",
+                                 steps=short), "zero_grad_misplaced")
+            return False, _("after {steps} steps {names} differ from the correct run: each "
+                            "update must use that step's report only, with plain SGD and the "
+                            "given learning rate", steps=short, names=_names(bad[:3]))
 
         def last_report(f):
             grads = f["mine"]["grads"]
             if all(g is None for g in grads.values()) or not same(grads, f["ref"]["grads"]):
                 return True
             if not same(grads, f["pile"]["grads"]):
-                return (False, "after training, `.grad` holds the sum of every step's report: "
-                        "the reports of earlier steps were never cleared",
+                return (False, _("after training, `.grad` holds the sum of every step's report: "
+                                 "the reports of earlier steps were never cleared"),
                         "zero_grad_misplaced" if cleared(f) else "grad_accumulates_not")
-            return False, "after training, `.grad` is not the last step's report"
+            return False, _("after training, `.grad` is not the last step's report")
 
         def floats(f):
             ls, k = f["mine"]["losses"], f["steps"]
             if isinstance(ls, list) and len(ls) == k and all(isinstance(v, float) for v in ls):
                 return True
             if isinstance(ls, list) and ls and tf.is_tensor(ls[0]):
-                return False, ("`train` returned a list of tensors: append `loss.item()`, a "
-                               "float, not the loss tensor (which keeps its whole route alive)")
-            size = f" of {len(ls)} items" if isinstance(ls, list | tuple) else ""
-            return False, (f"`train` returned {type(ls).__name__}{size}; return a list of {k} "
-                           "floats (`loss.item()`)")
+                return False, _("`train` returned a list of tensors: append `loss.item()`, a "
+                                "float, not the loss tensor (which keeps its whole route alive)")
+            if isinstance(ls, list | tuple):
+                return False, _("`train` returned {kind} of {count} items; return a list of "
+                                "{steps} floats (`loss.item()`)", kind=type(ls).__name__,
+                                count=len(ls), steps=k)
+            return False, _("`train` returned {kind}; return a list of {steps} floats "
+                            "(`loss.item()`)", kind=type(ls).__name__, steps=k)
 
         def falls(f):
             ref = f["ref_long"]
@@ -1067,29 +1121,39 @@ class Q8Train(Piece):
             last = ls[-1]
             if math.isfinite(last) and last < thr:
                 return True
-            detail = (f"your last loss is {last:.4g}; the correct script goes from {ref[0]:.4g} "
-                      f"to {ref[-1]:.4g} in {len(ref)} steps, so it must fall below {thr:.4g}")
+            numbers = {"last": last, "first": ref[0], "end": ref[-1], "steps": len(ref),
+                       "threshold": thr}
             if piled(f):
-                return (False, detail + ": the reports pile up from step to step",
+                return (False, _("your last loss is {last:.4g}; the correct script goes from "
+                                 "{first:.4g} to {end:.4g} in {steps} steps, so it must fall "
+                                 "below {threshold:.4g}: the reports pile up from step to step",
+                                 **numbers),
                         "zero_grad_misplaced" if cleared(f) else "grad_accumulates_not")
             if still(f) and zero_grad_between(f["source"]):
-                return (False, detail + ": `zero_grad()` between `backward()` and `step()` "
-                        "leaves `step()` nothing to apply", "zero_grad_misplaced")
-            return False, detail
+                return (False, _("your last loss is {last:.4g}; the correct script goes from "
+                                 "{first:.4g} to {end:.4g} in {steps} steps, so it must fall "
+                                 "below {threshold:.4g}: `zero_grad()` between `backward()` and "
+                                 "`step()` leaves `step()` nothing to apply", **numbers),
+                        "zero_grad_misplaced")
+            return False, _("your last loss is {last:.4g}; the correct script goes from "
+                            "{first:.4g} to {end:.4g} in {steps} steps, so it must fall below "
+                            "{threshold:.4g}", **numbers)
 
         def silent(f):
-            return not f["warnings"], f"torch warned: {f['warnings'][:2]}"
+            seen = list(dict.fromkeys(f["warnings"]))[:2]  # each warning once
+            return not seen, _("torch warned: {warnings}",
+                               warnings=_sep().join(map(_quoted, seen)))
 
         return [
-            need(f"after {self.SHORT} steps the parameters equal those of the correct "
-                 f"run{where}", stepwise, "zero_grad"),
-            need("after training, `.grad` holds the last step's report only (or nothing, if "
-                 "cleared after `step()`)", last_report, "zero_grad"),
-            need(f"`train` returns the loss of every step as floats{where}", floats,
-                 "converges"),
-            need("the loss falls below 90 % of the correct run's improvement within the same "
-                 "number of steps", falls, "converges"),
-            need("no warning is emitted", silent, "converges"),
+            need(_("after {steps} steps the parameters equal those of the correct run{where}",
+                   steps=short, where=where), stepwise, "zero_grad"),
+            need(_("after training, `.grad` holds the last step's report only (or nothing, if "
+                   "cleared after `step()`)"), last_report, "zero_grad"),
+            need(_("`train` returns the loss of every step as floats{where}", where=where),
+                 floats, "converges"),
+            need(_("the loss falls below 90 % of the correct run's improvement within the same "
+                   "number of steps"), falls, "converges"),
+            need(_("no warning is emitted"), silent, "converges"),
         ]
 
 
@@ -1114,7 +1178,7 @@ def _alarm_model(ref: dict, variant: str):
 @lesson.register
 class Q9Alarm(Piece):
     qid = "q9"
-    title = "Find the bug: the alarm that cries wolf (dead_centres)"
+    title = N_("Find the bug: the alarm that cries wolf (dead_centres)")
     function_name = "dead_centres"
     part_names = ["false_alarm", "zeros"]
     starter = BUGGY_ALARM
@@ -1124,7 +1188,7 @@ class Q9Alarm(Piece):
     def measure(self, ns, ref, variant, parts):
         import torch
 
-        seed, n, _, lr = _variant(variant)
+        seed, n, _steps, lr = _variant(variant)
         X, y = ref["make_data"](seed, n)
         if parts == ["false_alarm"]:
             model = ref["make_model"](seed)
@@ -1169,22 +1233,25 @@ class Q9Alarm(Piece):
             if found == sorted(c["expected"]):
                 return True
             if found == sorted(c["every"]):
-                return (False, f"your alarm named every parameter ({len(found)}): right after "
-                        "`zero_grad()` every `.grad` is `None`, so a `grad is None` check "
-                        "flags every healthy sorting centre", "grad_none_check_enough")
-            return False, (f"your alarm returned {show(c['found'])}; torch says "
-                           f"{show(c['expected'])}")
+                return (False, _("your alarm named every parameter ({count}): right after "
+                                 "`zero_grad()` every `.grad` is `None`, so a `grad is None` "
+                                 "check flags every healthy sorting centre", count=len(found)),
+                        "grad_none_check_enough")
+            return False, _("your alarm returned {mine}; torch says {want}",
+                            mine=show(c["found"]), want=show(c["expected"]))
 
         def untouched(f):
             written = f["false_alarm"]["written"]
-            return (not written, f"your check wrote `.grad` of {_names(written[:3])}: the "
-                    "training step's own `backward()` would add its report onto that one. Ask "
-                    "`torch.autograd.grad(...)` instead", "grad_accumulates_not")
+            return (not written, _("your check wrote `.grad` of {names}: the training step's "
+                                   "own `backward()` would add its report onto that one. Ask "
+                                   "`torch.autograd.grad(...)` instead",
+                                   names=_names(written[:3])), "grad_accumulates_not")
 
         def reusable(f):
-            return (f["false_alarm"]["reusable"], "the training step's `loss.backward()` then "
-                    "raised `RuntimeError` (backward through the graph a second time): your "
-                    "check freed the graph. Pass `retain_graph=True`", "graph_survives_backward")
+            return (f["false_alarm"]["reusable"],
+                    _("the training step's `loss.backward()` then raised `RuntimeError` "
+                      "(backward through the graph a second time): your check freed the graph. "
+                      "Pass `retain_graph=True`"), "graph_survives_backward")
 
         def zeros(f):
             z = f["zeros"]
@@ -1192,32 +1259,36 @@ class Q9Alarm(Piece):
             if found == want:
                 return True
             if found is None:
-                return False, f"your alarm returned {show(z['found'])}, not a list of names"
+                return False, _("your alarm returned {mine}, not a list of names",
+                                mine=show(z["found"]))
             if found == sorted(z["stale"]):
-                return (False, f"your alarm named {_names(found)}: what `.grad` says is `None` "
-                        "now, which is neither this loss's reports nor only the trainable "
-                        "parameters", "grad_none_check_enough")
+                return (False, _("your alarm named {names}: what `.grad` says is `None` now, "
+                                 "which is neither this loss's reports nor only the trainable "
+                                 "parameters", names=_names(found)), "grad_none_check_enough")
             notes = []
             if z["extra"] not in found:
-                notes.append(f"`{z['extra']}` is missing: it is on the route but multiplied by "
-                             "0, so its report exists and is all zeros")
+                notes.append(_("`{name}` is missing: it is on the route but multiplied by 0, so "
+                               "its report exists and is all zeros", name=z["extra"]))
             if "spare" not in found:
-                notes.append("`spare` is missing: the loss never uses it, so it gets no report")
+                notes.append(_("`spare` is missing: the loss never uses it, so it gets no "
+                               "report"))
             if "shortcut.bias" in found:
-                notes.append("`shortcut.bias` is frozen on purpose (`requires_grad=False`): not "
-                             "a trainable parameter, so not an alarm")
+                notes.append(_("`shortcut.bias` is frozen on purpose (`requires_grad=False`): "
+                               "not a trainable parameter, so not an alarm"))
             others = [k for k in found if k not in want and k != "shortcut.bias"]
             if others:
-                notes.append(f"{_names(others)} get a real, non-zero report")
+                notes.append(_("{names} get a real, non-zero report", names=_names(others)))
             myth = ("zero_gradient_is_none" if z["extra"] not in found and "spare" in found
                     else None)
-            return False, "; ".join(notes) or f"torch says {show(z['expected'])}", myth
+            return (False, _sep("findings").join(notes)
+                    or _("torch says {want}", want=show(z["expected"])), myth)
 
         return [
-            need(f"right after `zero_grad()`, a healthy network raises no alarm{where}", quiet,
-                 "false_alarm"),
-            need("the check leaves `.grad` alone", untouched, "false_alarm"),
-            need("`loss.backward()` still works after the check", reusable, "false_alarm"),
-            need(f"it reports the parameter whose report is all zeros and the unused one, and "
-                 f"not the frozen one{where}", zeros, "zeros"),
+            need(_("right after `zero_grad()`, a healthy network raises no alarm{where}",
+                   where=where), quiet, "false_alarm"),
+            need(_("the check leaves `.grad` alone"), untouched, "false_alarm"),
+            need(_("`loss.backward()` still works after the check"), reusable, "false_alarm"),
+            need(_("it reports the parameter whose report is all zeros and the unused one, and "
+                   "not the frozen one{where}", where=where), zeros, "zeros"),
         ]
+
