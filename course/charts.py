@@ -12,11 +12,36 @@ from __future__ import annotations
 import html
 import math
 
+from course.facts import width as _columns
+from course.i18n import _
+
 __all__ = ["svg_chart", "matplotlib_chart"]
 
-_FONT = "font-family:DejaVu Sans,Arial,sans-serif"
+# Chinese labels fall back to a CJK font (the one the course's figures use, then the usual ones)
+_FONT = ("font-family:DejaVu Sans,Arial,WenQuanYi Micro Hei,Noto Sans CJK SC,"
+         "Microsoft YaHei,PingFang SC,sans-serif")
 LEGEND_CHAR_W = 7.2   # px per character of 12 px DejaVu Sans, a safe average
+LEGEND_CJK_W = 12.0   # px per Chinese character (or full-width mark) of a 12 px font: 1 em
 LEGEND_ROW_H = 18
+
+
+def _legend_width(label: str) -> float:
+    """px of ``label`` in the 12 px legend: Chinese characters are a full em wide."""
+    wide = _columns(label) - len(label)
+    return LEGEND_CHAR_W * (len(label) - wide) + LEGEND_CJK_W * wide
+
+
+def _missing(label: str, value) -> str:
+    """The legend's entry of a hatched bar: ``label (None)`` / ``label (0)``."""
+    return _("{label} ({value})", label=label, value="None" if value is None else "0")
+
+
+def _threshold(label: str, value: float) -> str:
+    return _("{label} threshold ({value:g})", label=label, value=value)
+
+
+def _log(label: str) -> str:
+    return _("{label} (log)", label=label)
 
 
 def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: str,
@@ -33,7 +58,7 @@ def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: st
     esc = html.escape
     left, right, top, bottom = 78, 16, 34, 74
     pw, ph = width - left - right, height - top - bottom
-    values = [v for _, vs, _, _ in series for v in vs] + [b[0] for b in bars or []]
+    values = [v for _label, vs, _c, _b in series for v in vs] + [b[0] for b in bars or []]
     if threshold:
         values.append(threshold[1])
     positive = [v for v in values if v and v > 0 and math.isfinite(v)] or [1.0]
@@ -77,7 +102,7 @@ def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: st
     out.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" font-size="13" '
                f'text-anchor="middle">{esc(xlabel)}</text>')
     out.append(f'<text x="16" y="{top + ph / 2}" font-size="13" text-anchor="middle" '
-               f'transform="rotate(-90 16 {top + ph / 2})">{esc(ylabel)} (log)</text>')
+               f'transform="rotate(-90 16 {top + ph / 2})">{esc(_log(ylabel))}</text>')
     legend: list[tuple[str, str, str]] = []  # (kind, colour, label)
     if bars:
         bw = pw / n * 0.7
@@ -93,8 +118,7 @@ def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: st
                            'fill="url(#hatch)" stroke="#343a40"/>')
                 out.append(f'<text x="{x_of(i):.1f}" y="{y - 4:.1f}" font-size="11" '
                            f'text-anchor="middle">{"None" if v is None else "0"}</text>')
-            entry = ("bar", colour if v else "url(#hatch)", label if v else
-                     f"{label} ({'None' if v is None else '0'})")
+            entry = ("bar", colour if v else "url(#hatch)", label if v else _missing(label, v))
             if entry not in legend:
                 legend.append(entry)
     for label, vs, colour, bold in series:
@@ -111,12 +135,12 @@ def svg_chart(xlabels: list[str], series: list[tuple], *, title: str, xlabel: st
         y = y_of(threshold[1])
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
                    'stroke="#1c7ed6" stroke-dasharray="6 4"/>')
-        legend.append(("dash", "#1c7ed6", f"{threshold[0]} threshold ({threshold[1]:g})"))
+        legend.append(("dash", "#1c7ed6", _threshold(*threshold)))
     # the legend, in rows below the axes; a row ends before an entry would pass the edge
     x, row = left, 0
     placed = []
     for entry in legend:
-        span = 24 + LEGEND_CHAR_W * len(entry[2]) + 18
+        span = 24 + _legend_width(entry[2]) + 18
         if x > left and x + span > width - right:
             x, row = left, row + 1
         placed.append((x, row, entry))
@@ -164,7 +188,7 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
         floor = min(positive) / 10
         drawn = ax.bar(xs, [v if v else floor for v in values],
                        color=[c if v else "white" for v, c, _ in bars], edgecolor="#343a40")
-        for rect, (v, _, _) in zip(drawn, bars, strict=True):
+        for rect, (v, _colour, _label) in zip(drawn, bars, strict=True):
             if not v:
                 rect.set_hatch("//")
                 ax.annotate("None" if v is None else "0", (rect.get_x() + rect.get_width() / 2,
@@ -172,7 +196,7 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
                             fontsize=10)
         seen = {}
         for v, colour, label in bars:
-            name = label if v else f"{label} ({'None' if v is None else '0'})"
+            name = label if v else _missing(label, v)
             seen.setdefault(name, Patch(facecolor=colour if v else "white",
                                         hatch="" if v else "//", edgecolor="#343a40",
                                         label=name))
@@ -183,11 +207,11 @@ def matplotlib_chart(xlabels: list[str], series: list[tuple], *, title: str, xla
         handles.append(line)
     if threshold:
         handles.append(ax.axhline(threshold[1], color="#1c7ed6", linestyle="--",
-                                  label=f"{threshold[0]} threshold ({threshold[1]:g})"))
+                                  label=_threshold(*threshold)))
     ax.set_yscale("log")
     ax.set_xticks(list(xs), xlabels)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"{ylabel} (log)")
+    ax.set_ylabel(_log(ylabel))
     ax.set_title(title)
     ax.legend(handles=handles, fontsize=10)
     return fig

@@ -40,6 +40,10 @@ What it does, and what it does not touch:
   calls ``step`` exactly once; whatever ``step`` does to ``.grad`` and to the parameters is
   ``step``'s doing.
 
+The report speaks the course's language (:mod:`course.i18n`): its findings, notes, table and
+figure are messages of the catalog ``course/locale/zh_CN/course.doctor.po`` in Chinese; the
+statuses, lesson ids and parameter names stay as they are (they are code).
+
 ``course.doctor`` imports torch; matplotlib is imported only by :meth:`Report.plot`.
 """
 
@@ -50,11 +54,12 @@ import math
 import os
 import re
 import sys
-import textwrap
 from dataclasses import dataclass, field
 
 import torch
 
+from course.facts import ljust, width, wrap
+from course.i18n import N_, _, is_chinese, translate
 from course.markup import plain, rich
 
 __all__ = ["diagnose", "Report", "Finding", "ParamRow", "LESSONS", "STATUSES"]
@@ -86,161 +91,260 @@ STATUSES = tuple(LESSONS)
 # Statuses of the per-parameter table that are not problems.
 _HEALTHY = ("ok", "frozen")
 
-# For each status: a plain technical sentence, then one sentence per analogy.
-# Fields: {name} {norm} {thr} {where} {op} {params} {extra}.
-_TEXT: dict[str, dict[str, str]] = {
+# For each status: a plain technical sentence, then one sentence per analogy. A status whose
+# technical sentence depends on what was found has one per case (``variant``).
+# Fields: {name} {norm} {thr} {where} {op} {params} {error} {seen} {k}.
+_TEXT: dict[str, dict[str, str | dict[str, str]]] = {
     "unreachable": {
-        "technical": "`{name}` requires grad, but no path leads from the loss back to it, so it "
-        "gets no gradient and the optimizer never moves it. Either it took no part in the "
-        "forward pass, or its path was cut by detach(), no_grad() or a non-differentiable "
-        "operation. Pass step=lambda: <your loss> instead of the loss and the doctor watches "
-        "the forward pass to tell which.",
-        "logistics": "No route from the final delivery leads back to this sorting centre, so it "
-        "never gets its efficiency report.",
-        "kitchen": "Tracing the finished dish back never reaches this market ingredient, so it "
-        "never gets an origin record.",
+        "technical": N_(
+            "`{name}` requires grad, but no path leads from the loss back to it, so it "
+            "gets no gradient and the optimizer never moves it. Either it took no part in the "
+            "forward pass, or its path was cut by detach(), no_grad() or a non-differentiable "
+            "operation. Pass step=lambda: <your loss> instead of the loss and the doctor watches "
+            "the forward pass to tell which."),
+        "logistics": N_(
+            "No route from the final delivery leads back to this sorting centre, so it "
+            "never gets its efficiency report."),
+        "kitchen": N_(
+            "Tracing the finished dish back never reaches this market ingredient, so it "
+            "never gets an origin record."),
     },
     "unused": {
-        "technical": "`{name}` requires grad but {extra}, so backward() never reaches it: its "
-        ".grad stays None and the optimizer never moves it. Use it in forward(), or remove it "
-        "(or freeze it with requires_grad_(False)) if it is not meant to train.",
-        "logistics": "A sorting centre that no parcel of this delivery went through: it can "
-        "never get an efficiency report.",
-        "kitchen": "An ingredient bought at the market but never put into this dish: there is "
-        "nothing to trace back to it.",
+        "technical": {
+            "unused": N_(
+                "`{name}` requires grad but took no part in the forward pass, so backward() "
+                "never reaches it: its .grad stays None and the optimizer never moves it. Use "
+                "it in forward(), or remove it (or freeze it with requires_grad_(False)) if it "
+                "is not meant to train."),
+            "discarded": N_(
+                "`{name}` requires grad but was used in the forward pass only for a result "
+                "that never reached the loss (computed, then discarded), so backward() never "
+                "reaches it: its .grad stays None and the optimizer never moves it. Use it in "
+                "forward(), or remove it (or freeze it with requires_grad_(False)) if it is not "
+                "meant to train."),
+        },
+        "logistics": N_(
+            "A sorting centre that no parcel of this delivery went through: it can "
+            "never get an efficiency report."),
+        "kitchen": N_(
+            "An ingredient bought at the market but never put into this dish: there is "
+            "nothing to trace back to it."),
     },
     "detached": {
-        "technical": "`{name}` was used in the forward pass, but the value coming out of it went "
-        "through {op} at {where} before reaching the loss. detach() returns the same values "
-        "with the history cut: the value arrives, the gradient cannot go back, so `{name}` "
-        "gets none. Remove the detach(), or detach only what must not train.",
-        "logistics": "The parcel was relabelled with a new waybill at {where}: it still reached "
-        "the customer, but the route history was cut, so the efficiency report never makes it "
-        "back to this sorting centre.",
-        "kitchen": "The broth was vacuum-packed at {where}: the dish still tastes of it, but the "
-        "recipe history is gone, so nobody can trace the taste back to this ingredient.",
+        "technical": N_(
+            "`{name}` was used in the forward pass, but the value coming out of it went "
+            "through {op} at {where} before reaching the loss. detach() returns the same values "
+            "with the history cut: the value arrives, the gradient cannot go back, so `{name}` "
+            "gets none. Remove the detach(), or detach only what must not train."),
+        "logistics": N_(
+            "The parcel was relabelled with a new waybill at {where}: it still reached "
+            "the customer, but the route history was cut, so the efficiency report never makes "
+            "it back to this sorting centre."),
+        "kitchen": N_(
+            "The broth was vacuum-packed at {where}: the dish still tastes of it, but the "
+            "recipe history is gone, so nobody can trace the taste back to this ingredient."),
     },
     "no_grad": {
-        "technical": "`{name}` was used inside torch.no_grad() (or inference_mode) at {where}: "
-        "autograd recorded nothing there, so the result reaches the loss without a history "
-        "and `{name}` gets no gradient. Compute this part outside the no_grad() block.",
-        "logistics": "The station's monitoring was switched off while these parcels passed "
-        "({where}), so no route back to this sorting centre was recorded.",
-        "kitchen": "This step was cooked with the recipe notebook closed ({where}), so the dish "
-        "cannot be traced back to this ingredient.",
+        "technical": N_(
+            "`{name}` was used inside torch.no_grad() (or inference_mode) at {where}: "
+            "autograd recorded nothing there, so the result reaches the loss without a history "
+            "and `{name}` gets no gradient. Compute this part outside the no_grad() block."),
+        "logistics": N_(
+            "The station's monitoring was switched off while these parcels passed "
+            "({where}), so no route back to this sorting centre was recorded."),
+        "kitchen": N_(
+            "This step was cooked with the recipe notebook closed ({where}), so the dish "
+            "cannot be traced back to this ingredient."),
     },
     "cut": {
-        "technical": "`{name}`'s value reached the loss only through {op} at {where}, an "
-        "operation without a gradient (argmax, a comparison, a cast to an integer type such as "
-        ".long(), .item(), .numpy()), so `{name}` gets no gradient. Use a differentiable formulation (a soft "
-        "mask, softmax instead of argmax) for the part that should train.",
-        "logistics": "At {where} the parcel's contents were copied by hand onto a new form with "
-        "no sorting rule on it, so the efficiency report stops there.",
-        "kitchen": "At {where} the dish was re-made from a description, with no recipe step "
-        "linking it back to this ingredient.",
+        "technical": N_(
+            "`{name}`'s value reached the loss only through {op} at {where}, an "
+            "operation without a gradient (argmax, a comparison, a cast to an integer type such "
+            "as .long(), .item(), .numpy()), so `{name}` gets no gradient. Use a differentiable "
+            "formulation (a soft mask, softmax instead of argmax) for the part that should "
+            "train."),
+        "logistics": N_(
+            "At {where} the parcel's contents were copied by hand onto a new form with "
+            "no sorting rule on it, so the efficiency report stops there."),
+        "kitchen": N_(
+            "At {where} the dish was re-made from a description, with no recipe step "
+            "linking it back to this ingredient."),
     },
     "none": {
-        "technical": "The loss does reach `{name}`, but no gradient arrived: {extra}",
-        "logistics": "The route to this sorting centre exists, but its efficiency report is not "
-        "on the desk.",
-        "kitchen": "The recipe does lead back to this ingredient, but its origin record is "
-        "missing.",
+        "technical": {
+            "grad_attr": N_(
+                "The loss does reach `{name}`, but no gradient arrived: backward() has not "
+                "stored a gradient in .grad (was zero_grad() called after backward(), or "
+                "backward() never run on this loss?)."),
+            "backward_fn": N_(
+                "The loss does reach `{name}`, but no gradient arrived: a backward function on "
+                "the path sent no gradient for it (a custom autograd.Function whose backward "
+                "returns None, for instance)."),
+        },
+        "logistics": N_(
+            "The route to this sorting centre exists, but its efficiency report is not "
+            "on the desk."),
+        "kitchen": N_(
+            "The recipe does lead back to this ingredient, but its origin record is "
+            "missing."),
     },
     "nonfinite": {
-        "technical": "The gradient of `{name}` contains NaN or inf. Look for a log or sqrt of 0, "
-        "a division by a tiny number, or an overflow; anomaly mode "
-        "(torch.autograd.set_detect_anomaly(True)) names the operation.",
-        "logistics": "The efficiency report for this sorting centre came back unreadable.",
-        "kitchen": "The origin record of this ingredient came back smudged and unreadable.",
+        "technical": N_(
+            "The gradient of `{name}` contains NaN or inf. Look for a log or sqrt of 0, "
+            "a division by a tiny number, or an overflow; anomaly mode "
+            "(torch.autograd.set_detect_anomaly(True)) names the operation."),
+        "logistics": N_("The efficiency report for this sorting centre came back unreadable."),
+        "kitchen": N_("The origin record of this ingredient came back smudged and unreadable."),
     },
     "zero": {
-        "technical": "The loss reaches `{name}`, but its gradient is exactly zero everywhere "
-        "(|grad| <= {thr:g}): every path back multiplies it by 0. Typical causes: a branch "
-        "multiplied by 0, a dead ReLU whose inputs are all negative, a mask that is always "
-        "off, a step function such as round(), floor() or sign(), recorded with slope 0. A "
-        "check that only tests "
-        "`grad is None` misses this.{extra}",
-        "logistics": "The route exists, but every report that reaches this sorting centre says "
-        "0: nothing it does changes the delivery, as if the road behind it were closed.",
-        "kitchen": "The ingredient is in the recipe, but in zero quantity: no tasting can tell "
-        "anything about it.",
+        "technical": {
+            "zero": N_(
+                "The loss reaches `{name}`, but its gradient is exactly zero everywhere "
+                "(|grad| <= {thr:g}): every path back multiplies it by 0. Typical causes: a "
+                "branch multiplied by 0, a dead ReLU whose inputs are all negative, a mask that "
+                "is always off, a step function such as round(), floor() or sign(), recorded "
+                "with slope 0. A check that only tests `grad is None` misses this."),
+            "seen": N_(
+                "The loss reaches `{name}`, but its gradient is exactly zero everywhere "
+                "(|grad| <= {thr:g}): every path back multiplies it by 0. Typical causes: a "
+                "branch multiplied by 0, a dead ReLU whose inputs are all negative, a mask that "
+                "is always off, a step function such as round(), floor() or sign(), recorded "
+                "with slope 0. A check that only tests `grad is None` misses this. Seen during "
+                "the forward pass: {seen}."),
+        },
+        "logistics": N_(
+            "The route exists, but every report that reaches this sorting centre says "
+            "0: nothing it does changes the delivery, as if the road behind it were closed."),
+        "kitchen": N_(
+            "The ingredient is in the recipe, but in zero quantity: no tasting can tell "
+            "anything about it."),
     },
     "vanishing": {
-        "technical": "The gradient of `{name}` has norm {norm:.2g}, below vanishing={thr:g}: "
-        "training will barely move it. Typical causes: a deep stack of saturating activations "
-        "(sigmoid, tanh), a residual skip path cut by detach(), very small weights. ReLU-like "
-        "activations, intact skip connections and normalisation layers help.",
-        "logistics": "Its efficiency report does arrive, but after passing through so many "
-        "stations that it has faded to almost nothing.",
-        "kitchen": "The trace back does reach this ingredient, but diluted through so many "
-        "steps that its taste is almost gone.",
+        "technical": N_(
+            "The gradient of `{name}` has norm {norm:.2g}, below vanishing={thr:g}: "
+            "training will barely move it. Typical causes: a deep stack of saturating "
+            "activations (sigmoid, tanh), a residual skip path cut by detach(), very small "
+            "weights. ReLU-like activations, intact skip connections and normalisation layers "
+            "help."),
+        "logistics": N_(
+            "Its efficiency report does arrive, but after passing through so many "
+            "stations that it has faded to almost nothing."),
+        "kitchen": N_(
+            "The trace back does reach this ingredient, but diluted through so many "
+            "steps that its taste is almost gone."),
     },
     "exploding": {
-        "technical": "The gradient of `{name}` has norm {norm:.2g}, above exploding={thr:g}: "
-        "one optimizer step would throw it far away. Typical causes: large weights in a deep "
-        "stack, no normalisation, a large learning rate. Fix the initialisation, or clip with "
-        "torch.nn.utils.clip_grad_norm_.",
-        "logistics": "Every station amplified the report it passed on, so it reaches this "
-        "sorting centre absurdly large.",
-        "kitchen": "Every step doubled the seasoning, so the trace reaches this ingredient "
-        "wildly overstated.",
+        "technical": N_(
+            "The gradient of `{name}` has norm {norm:.2g}, above exploding={thr:g}: "
+            "one optimizer step would throw it far away. Typical causes: large weights in a "
+            "deep stack, no normalisation, a large learning rate. Fix the initialisation, or "
+            "clip with torch.nn.utils.clip_grad_norm_."),
+        "logistics": N_(
+            "Every station amplified the report it passed on, so it reaches this "
+            "sorting centre absurdly large."),
+        "kitchen": N_(
+            "Every step doubled the seasoning, so the trace reaches this ingredient "
+            "wildly overstated."),
     },
     "stale_grad": {
-        "technical": "`{name}.grad` holds {extra} backward() adds into .grad, it does not "
-        "overwrite it: call optimizer.zero_grad() (or model.zero_grad()) once per step, before "
-        "backward(). If you accumulate gradients over micro-batches on purpose, ignore this.",
-        "logistics": "Last round's efficiency report is still on this sorting centre's desk, "
-        "and the new one is added to it.",
-        "kitchen": "Yesterday's origin record is still on this ingredient's origin label, and "
-        "today's is added to it: origin records pile up on the label until someone wipes it.",
+        "technical": {
+            "step": N_(
+                "`{name}.grad` holds this step's gradient added onto the one that was already "
+                "there before the step: the step ran backward() without zero_grad() first. "
+                "backward() adds into .grad, it does not overwrite it: call "
+                "optimizer.zero_grad() (or model.zero_grad()) once per step, before "
+                "backward(). If you accumulate gradients over micro-batches on purpose, ignore "
+                "this."),
+            "times": N_(
+                "`{name}.grad` holds {k} times this loss's gradient: backward() ran {k} times "
+                "without zero_grad() in between, and each run added its gradient onto the "
+                "last. backward() adds into .grad, it does not overwrite it: call "
+                "optimizer.zero_grad() (or model.zero_grad()) once per step, before "
+                "backward(). If you accumulate gradients over micro-batches on purpose, ignore "
+                "this."),
+        },
+        "logistics": N_(
+            "Last round's efficiency report is still on this sorting centre's desk, "
+            "and the new one is added to it."),
+        "kitchen": N_(
+            "Yesterday's origin record is still on this ingredient's origin label, and "
+            "today's is added to it: origin records pile up on the label until someone wipes "
+            "it."),
     },
     "frozen_in_optimizer": {
-        "technical": "`{name}` has requires_grad=False but is still in the optimizer's param "
-        "groups. optimizer.step() skips it while its .grad is None{extra}. Build the optimizer "
-        "from the trainable parameters only: "
-        "[p for p in model.parameters() if p.requires_grad].",
-        "logistics": "A sorting centre taken off the audit list is still on the upgrade crew's "
-        "schedule.",
-        "kitchen": "Bottled sauce (never traced) is still on the marinating list.",
+        "technical": {
+            "none": N_(
+                "`{name}` has requires_grad=False but is still in the optimizer's param "
+                "groups. optimizer.step() skips it while its .grad is None. Build the "
+                "optimizer from the trainable parameters only: "
+                "[p for p in model.parameters() if p.requires_grad]."),
+            "grad": N_(
+                "`{name}` has requires_grad=False but is still in the optimizer's param "
+                "groups. optimizer.step() skips it while its .grad is None, but its .grad is "
+                "NOT None (left from before it was frozen), so every optimizer.step() still "
+                "moves it. Build the optimizer from the trainable parameters only: "
+                "[p for p in model.parameters() if p.requires_grad]."),
+        },
+        "logistics": N_(
+            "A sorting centre taken off the audit list is still on the upgrade crew's "
+            "schedule."),
+        "kitchen": N_("Bottled sauce (never traced) is still on the marinating list."),
     },
     "not_in_optimizer": {
-        "technical": "`{name}` requires grad{extra}, but the optimizer you passed does not hold "
-        "it, so optimizer.step() never changes it (was the optimizer built before this "
-        "parameter was added?). If another optimizer trains it, ignore this.",
-        "logistics": "This sorting centre gets its efficiency reports, but the upgrade crew "
-        "never visits it.",
-        "kitchen": "This ingredient's origin is recorded, but nobody ever adjusts how much of "
-        "it goes in.",
+        "technical": {
+            "none": N_(
+                "`{name}` requires grad, but the optimizer you passed does not hold it, so "
+                "optimizer.step() never changes it (was the optimizer built before this "
+                "parameter was added?). If another optimizer trains it, ignore this."),
+            "grad": N_(
+                "`{name}` requires grad and gets a gradient, but the optimizer you passed does "
+                "not hold it, so optimizer.step() never changes it (was the optimizer built "
+                "before this parameter was added?). If another optimizer trains it, ignore "
+                "this."),
+        },
+        "logistics": N_(
+            "This sorting centre gets its efficiency reports, but the upgrade crew "
+            "never visits it."),
+        "kitchen": N_(
+            "This ingredient's origin is recorded, but nobody ever adjusts how much of "
+            "it goes in."),
     },
     "no_history": {
-        "technical": "The loss has no grad_fn and does not require grad: it was computed under "
-        "torch.no_grad() / inference_mode, from detached tensors, or from Python numbers "
-        "(.item()). backward() would raise, and no parameter can get a gradient.",
-        "logistics": "The final delivery carries no waybill at all: there is no route to trace "
-        "reports back along.",
-        "kitchen": "The finished dish came with no recipe: nothing can be traced back.",
+        "technical": N_(
+            "The loss has no grad_fn and does not require grad: it was computed under "
+            "torch.no_grad() / inference_mode, from detached tensors, or from Python numbers "
+            "(.item()). backward() would raise, and no parameter can get a gradient."),
+        "logistics": N_(
+            "The final delivery carries no waybill at all: there is no route to trace "
+            "reports back along."),
+        "kitchen": N_("The finished dish came with no recipe: nothing can be traced back."),
     },
     "inplace": {
-        "technical": "Computing the gradients raised: {extra} A tensor that backward needs was "
-        "changed in place after the forward pass saved it (an in-place op such as relu_(), "
-        "x += ..., or optimizer.step() run before this loss's backward). Gradients were read "
-        "from .grad instead.",
-        "logistics": "A parcel the audit still had to inspect was repacked before the audit "
-        "got to it.",
-        "kitchen": "The sauce was changed after the taster had already noted its recipe.",
+        "technical": N_(
+            "Computing the gradients raised: '{error}'. A tensor that backward needs was "
+            "changed in place after the forward pass saved it (an in-place op such as relu_(), "
+            "x += ..., or optimizer.step() run before this loss's backward). Gradients were "
+            "read from .grad instead."),
+        "logistics": N_(
+            "A parcel the audit still had to inspect was repacked before the audit "
+            "got to it."),
+        "kitchen": N_("The sauce was changed after the taster had already noted its recipe."),
     },
 }
 
 _PARTIAL_DETACH = {
-    "technical": "{op} at {where} cuts a path that carries gradient to {params}. The value "
-    "still reaches the loss, but no gradient comes back along this route, so these parameters "
-    "get only what other routes bring. This is how `x + identity.detach()` in a residual block "
-    "removes the skip path's gradient (and a deep stack then vanishes). If the cut is on "
-    "purpose (a target, a GAN's fake.detach()), ignore this.",
-    "logistics": "Parcels were relabelled with a new waybill at {where}: they still arrive, "
-    "but the efficiency reports that should travel back along this route stop there.",
-    "kitchen": "The broth was vacuum-packed at {where}: the dish still tastes of it, but that "
-    "part of the recipe history is gone.",
+    "technical": N_(
+        "{op} at {where} cuts a path that carries gradient to {params}. The value "
+        "still reaches the loss, but no gradient comes back along this route, so these "
+        "parameters get only what other routes bring. This is how `x + identity.detach()` in a "
+        "residual block removes the skip path's gradient (and a deep stack then vanishes). If "
+        "the cut is on purpose (a target, a GAN's fake.detach()), ignore this."),
+    "logistics": N_(
+        "Parcels were relabelled with a new waybill at {where}: they still arrive, "
+        "but the efficiency reports that should travel back along this route stop there."),
+    "kitchen": N_(
+        "The broth was vacuum-packed at {where}: the dish still tastes of it, but that "
+        "part of the recipe history is gone."),
 }
 
 
@@ -259,8 +363,9 @@ class Finding:
     lesson: str
 
     def __str__(self) -> str:
-        who = self.param if self.param is not None else "(graph)"
-        return f"[{self.status}] {who}: {plain(self.detail)} (lesson {self.lesson})"
+        who = self.param if self.param is not None else _("(graph)")
+        return plain(_("[{status}] {who}: {detail} ({lesson})", status=self.status, who=who,
+                       detail=self.detail, lesson=_lesson(self.lesson)))
 
 
 @dataclass
@@ -306,7 +411,7 @@ class Report:
         for row in self.per_parameter:
             if row.name == name:
                 return row.status
-        raise KeyError(f"no parameter named {name!r}")
+        raise KeyError(_("no parameter named {name!r}", name=name))
 
     def findings_for(self, name: str | None) -> list[Finding]:
         """The findings about parameter ``name`` (``None``: the findings about the whole graph)."""
@@ -318,7 +423,7 @@ class Report:
         groups: dict[str, list[ParamRow]] = {}
         for row in self.per_parameter:
             if row.requires_grad:
-                groups.setdefault(row.name.rpartition(".")[0] or "(model)", []).append(row)
+                groups.setdefault(row.name.rpartition(".")[0] or N_("(model)"), []).append(row)
         out = []
         for layer, rows in groups.items():
             norms = [r.grad_norm for r in rows if r.grad_norm is not None]
@@ -329,18 +434,24 @@ class Report:
 
     def __repr__(self) -> str:
         n = sum(r.requires_grad for r in self.per_parameter)
-        head = (f"Gradient-flow doctor: {len(self.findings)} finding(s), {n} trainable "
-                f"parameter(s); gradients from {self.gradient_source}")
-        lines = [head, "=" * min(len(head), 100)]
+        head = plain(_("Gradient-flow doctor: {findings} finding(s), {params} trainable "
+                       "parameter(s); gradients from {source}", findings=len(self.findings),
+                       params=n, source=self.gradient_source))
+        lines = [head, "=" * min(width(head), 100)]
         if self.ok:
-            lines.append("No problems found: every trainable parameter gets a healthy gradient.")
+            lines.append(_("No problems found: every trainable parameter gets a healthy "
+                           "gradient."))
+        note_label = _("note:")
+        note_label += "" if width(note_label[-1]) == 2 else " "  # none after a full-width colon
         for group in _grouped(self.findings):
             f = group[0]
-            lines += textwrap.wrap(f"! [{f.status}] {_who(group)}  -> lesson {f.lesson}", 100,
-                                   subsequent_indent="  ", break_on_hyphens=False)
-            lines += textwrap.wrap(plain(f.detail), 96, initial_indent="    ", subsequent_indent="    ")
+            lines += wrap(plain(_("! [{status}] {who}  -> {lesson}", status=f.status,
+                                  who=_who(group), lesson=_lesson(f.lesson))), 100,
+                          subsequent_indent="  ", break_on_hyphens=False)
+            lines += wrap(plain(f.detail), 96, initial_indent="    ", subsequent_indent="    ")
         for note in self.notes:
-            lines += textwrap.wrap(plain(note), 96, initial_indent="note: ", subsequent_indent="      ")
+            lines += wrap(plain(note), 96, initial_indent=note_label,
+                          subsequent_indent=" " * width(note_label))
         lines.append("")
         lines += _text_table(self.per_parameter)
         return "\n".join(lines)
@@ -348,22 +459,23 @@ class Report:
     def _repr_html_(self) -> str:
         esc = html.escape
         n = sum(r.requires_grad for r in self.per_parameter)
-        parts = [f"<div><b>Gradient-flow doctor</b>: {len(self.findings)} finding(s), {n} "
-                 f"trainable parameter(s); gradients from {esc(self.gradient_source)}"]
+        parts = ["<div>" + _("<b>Gradient-flow doctor</b>: {findings} finding(s), {params} "
+                             "trainable parameter(s); gradients from {source}",
+                             findings=len(self.findings), params=n,
+                             source=rich(self.gradient_source))]
         if self.ok:
-            parts.append("<p>No problems found: every trainable parameter gets a healthy "
-                         "gradient.</p>")
+            parts.append("<p>" + esc(_("No problems found: every trainable parameter gets a "
+                                       "healthy gradient.")) + "</p>")
         else:
             parts.append("<ul>")
             for group in _grouped(self.findings):
                 f = group[0]
                 parts.append(f"<li><b>[{esc(f.status)}]</b> <code>{esc(_who(group))}</code> "
-                             f"&rarr; lesson <code>{esc(f.lesson)}</code><br>{rich(f.detail)}"
-                             "</li>")
+                             f"&rarr; {rich(_lesson(f.lesson))}<br>{rich(f.detail)}</li>")
             parts.append("</ul>")
         for note in self.notes:
-            parts.append(f"<p><i>note:</i> {rich(note)}</p>")
-        head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
+            parts.append(f"<p><i>{esc(_('note:'))}</i> {rich(note)}</p>")
+        head = "".join(f"<th>{esc(_(c))}</th>" for c in _COLUMNS)
         body = "".join(
             "<tr>" + "".join(f"<td>{esc(v)}</td>" for v in _cells(r)) + "</tr>"
             for r in self.per_parameter)
@@ -399,7 +511,7 @@ class Report:
         bars = ax.bar(numbers, heights, color=colors, edgecolor="#343a40", linewidth=0.6)
         drawn: dict[str, list[str]] = {}   # colour -> the statuses drawn in it
         missing = False
-        for bar, (_, n, status) in zip(bars, layers, strict=True):
+        for bar, (_layer, n, status) in zip(bars, layers, strict=True):
             if not n:
                 missing = True
                 bar.set_hatch("//")
@@ -413,12 +525,13 @@ class Report:
                     statuses.append(status)
         ax.set_yscale("log")
         ax.axhline(vanishing, color="#1c7ed6", linestyle="--", linewidth=1,
-                   label=f"vanishing threshold ({vanishing:g})")
+                   label=_("vanishing threshold ({vanishing:g})", vanishing=vanishing))
         ax.axhline(exploding, color="#e03131", linestyle="--", linewidth=1,
-                   label=f"exploding threshold ({exploding:g})")
-        names = [name for name, _, _ in layers]
+                   label=_("exploding threshold ({exploding:g})", exploding=exploding))
+        names = [name for name, _n, _s in layers]
         if len(layers) <= 10 and not all(name.isdigit() for name in names):
-            ticks = [f"{k}\n{name}" for k, name in zip(numbers, names, strict=True)]
+            ticks = [f"{k}\n{_(name) if name == '(model)' else name}"
+                     for k, name in zip(numbers, names, strict=True)]
         else:  # Sequential indices (0, 2, 4 ...) would contradict the 1..N count
             ticks = [str(k) for k in numbers]
         every = max(1, math.ceil(len(layers) / 30))  # body-size numbers that do not collide
@@ -427,24 +540,38 @@ class Report:
                       fontsize=FONT)
         ax.tick_params(axis="y", labelsize=FONT)
         ax.set_xlim(0.4, len(layers) + 0.6)
-        ax.set_xlabel("layer (modules with trainable parameters, 1 = first in the model)",
+        ax.set_xlabel(_("layer (modules with trainable parameters, 1 = first in the model)"),
                       fontsize=FONT)
-        ax.set_ylabel("gradient norm (log scale)", fontsize=FONT)
-        ax.set_title("Gradient norm per layer", fontsize=FONT + 1)
+        ax.set_ylabel(_("gradient norm (log scale)"), fontsize=FONT)
+        ax.set_title(_("Gradient norm per layer"), fontsize=FONT + 1)
         handles = [Patch(facecolor=colour, edgecolor="#343a40", linewidth=0.6,
-                         label="bar: " + " / ".join(_STATUS_WORDS.get(s, s) for s in statuses))
+                         label=_("bar: {statuses}", statuses=" / ".join(
+                             _status_word(s) for s in statuses)))
                    for colour, statuses in drawn.items()]
         if missing:
             handles.append(Patch(facecolor="white", edgecolor="#343a40", hatch="//",
-                                 linewidth=0.6, label="bar: no gradient (None) or zero (0)"))
-        lines, _ = ax.get_legend_handles_labels()
+                                 linewidth=0.6, label=_("bar: no gradient (None) or zero (0)")))
+        lines, _labels = ax.get_legend_handles_labels()
         ax.legend(handles=handles + lines, fontsize=FONT, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         return fig
 
 
 _OTHER_COLOUR = "#868e96"
-_STATUS_WORDS = {"ok": "healthy (ok)", "nonfinite": "not finite", "stale_grad": "stale .grad"}
+# The plot's legend names the statuses drawn in each colour (the status ids are code).
+_STATUS_WORDS = {
+    "ok": N_("healthy (`ok`)"), "frozen": N_("`frozen`"), "unreachable": N_("`unreachable`"),
+    "unused": N_("`unused`"), "detached": N_("`detached`"), "no_grad": N_("`no_grad`"),
+    "cut": N_("`cut`"), "none": N_("`none`"), "nonfinite": N_("not finite"),
+    "zero": N_("`zero`"), "vanishing": N_("`vanishing`"), "exploding": N_("`exploding`"),
+    "stale_grad": N_("stale .grad"), "frozen_in_optimizer": N_("`frozen_in_optimizer`"),
+    "not_in_optimizer": N_("`not_in_optimizer`"), "no_history": N_("`no_history`"),
+    "inplace": N_("`inplace`"),
+}
+
+
+def _status_word(status: str) -> str:
+    return plain(_(_STATUS_WORDS[status])) if status in _STATUS_WORDS else status
 
 
 # Most severe first; layers() reports the worst status of a layer's parameters.
@@ -455,8 +582,11 @@ _SEVERITY_ORDER = [
 ]
 _COLOURS = {"ok": "#2f9e44", "exploding": "#e03131", "nonfinite": "#e03131",
             "vanishing": "#74c0fc", "zero": "#adb5bd"}
-_COLUMNS = ("parameter", "shape", "requires_grad", "reachable", "grad norm", "zero %", ".grad",
-            "in optimizer", "status")
+_COLUMNS = (N_("parameter"), N_("shape"), "requires_grad", N_("reachable"), N_("grad norm"),
+            N_("zero %"), ".grad", N_("in optimizer"), N_("status"))
+# What ``.grad`` held (:attr:`ParamRow.grad_attr`), as the table shows it.
+_GRAD_ATTR_WORDS = {"zeros": N_("zeros"), "values": N_("values"), "this loss": N_("this loss"),
+                    "earlier": N_("earlier"), "stale": N_("stale"), "read": N_("read")}
 
 
 def _grouped(findings: list[Finding]) -> list[list[Finding]]:
@@ -465,33 +595,48 @@ def _grouped(findings: list[Finding]) -> list[list[Finding]]:
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         text = f.detail if f.param is None else f.detail.replace(f"`{f.param}`", "`*`")
-        text = re.sub(r"norm \S+,", "norm *,", text)  # vanishing / exploding: norms in the table
+        if f.status in ("vanishing", "exploding"):  # their norms differ: the table shows them
+            text = re.sub(r"\d[\d.]*(e[-+]?\d+)?", "#", text)
         groups.setdefault((f.status, f.lesson, f.param is None, text), []).append(f)
     return list(groups.values())
 
 
 def _who(group: list[Finding]) -> str:
     if group[0].param is None:
-        return "(graph)"
+        return _("(graph)")
     names = [f.param for f in group]
     if len(names) == 1:
         return names[0]
-    return f"{', '.join(names)} (explained for the first; the same holds for each)"
+    return _("{names} (explained for the first; the same holds for each)",
+             names=_separator().join(names))
+
+
+def _separator() -> str:
+    """Between the items of a list: ``, `` (in Chinese, the enumeration comma)."""
+    return "\u3001" if is_chinese() else ", "
+
+
+def _lesson(lesson: str) -> str:
+    """``lesson `07_gradient_clinic``` (in Chinese: 第07课), with the id as code."""
+    number, _sep, slug = lesson.partition("_")
+    return _("lesson `{number}_{slug}`", number=number, slug=slug)
 
 
 def _cells(r: ParamRow) -> list[str]:
+    grad_attr = _GRAD_ATTR_WORDS.get(r.grad_attr)
     return [
-        r.name, "x".join(map(str, r.shape)) or "scalar", str(r.requires_grad),
+        r.name, "x".join(map(str, r.shape)) or _("scalar"), str(r.requires_grad),
         str(r.reachable), "-" if r.grad_norm is None else f"{r.grad_norm:.3g}",
-        "-" if r.zero_fraction is None else f"{100 * r.zero_fraction:.0f}", r.grad_attr,
+        "-" if r.zero_fraction is None else f"{100 * r.zero_fraction:.0f}",
+        _(grad_attr) if grad_attr else r.grad_attr,
         "-" if r.in_optimizer is None else str(r.in_optimizer), r.status,
     ]
 
 
 def _text_table(rows: list[ParamRow]) -> list[str]:
-    table = [list(_COLUMNS)] + [_cells(r) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+    table = [[_(c) for c in _COLUMNS]] + [_cells(r) for r in rows]
+    widths = [max(width(row[i]) for row in table) for i in range(len(_COLUMNS))]
+    return ["  ".join(ljust(c, w) for c, w in zip(row, widths, strict=True)).rstrip()
             for row in table]
 
 
@@ -540,7 +685,7 @@ class _Cut:
 
     reason: str          # "detach", "data", "no_grad" or "nondiff"
     op: str              # "detach()", ".data", "linear (under no_grad)", "argmax()"
-    where: str           # "model.py:42 in forward"
+    where: tuple | None  # ("model.py", 42, "forward"), see _place()
     module: str          # qualified name of the innermost module running, or ""
     params: frozenset    # ids of the parameters the input came from
 
@@ -565,15 +710,36 @@ def _tensors(obj, out: list) -> list:
     return out
 
 
-def _user_location() -> str:
-    """``file.py:line in function`` of the innermost frame outside torch and this module."""
+def _user_location() -> tuple[str, int, str] | None:
+    """``(file.py, line, function)`` of the innermost frame outside torch and this module."""
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_TORCH_DIR + os.sep) and path != _THIS_FILE:
-            return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return os.path.basename(path), frame.f_lineno, frame.f_code.co_name
         frame = frame.f_back
-    return "?"
+    return None
+
+
+def _place(site: tuple[str, int, str] | None, modules: list[str] = (), times: int = 1) -> str:
+    """Where in the user's code: ``model.py:42 in forward``, then how many times and in which
+    modules (``model.py:42 in forward, 3 times (module `0.a`, `1.a`, ...)``)."""
+    if site is None:
+        return "?"
+    names = sorted(set(n for n in modules if n), key=list(modules).index)
+    shown = _separator().join(f"`{n}`" for n in names[:3])
+    if len(names) > 3:
+        shown = _("{modules}, ...", modules=shown)
+    file, line, function = site
+    fields = {"location": f"{file}:{line}", "function": function, "count": times,
+              "modules": shown}
+    if times > 1:
+        if names:
+            return _("{location} in {function}, {count} times (module {modules})", **fields)
+        return _("{location} in {function}, {count} times", **fields)
+    if names:
+        return _("{location} in {function} (module {modules})", **fields)
+    return _("{location} in {function}", **fields)
 
 
 class _ForwardWatcher(torch.overrides.TorchFunctionMode):
@@ -586,7 +752,7 @@ class _ForwardWatcher(torch.overrides.TorchFunctionMode):
         self.param_ids = param_ids
         self.used: set[int] = set()
         self.cuts: list[_Cut] = []
-        self.zero_makers: list[str] = []
+        self.zero_makers: list[tuple] = []  # ("relu" or "mul", user's line, module)
         self.errors: list[str] = []
         # id(tensor) -> (tensor, parameter ids, cut indices); the tensor is kept so that its id
         # cannot be reused while we watch.
@@ -664,17 +830,17 @@ class _ForwardWatcher(torch.overrides.TorchFunctionMode):
                                   self._modules[-1] if self._modules else "", frozenset(params)))
             cuts.add(len(self.cuts) - 1)
         if name in _RELU and outputs and outputs[0].numel() and not bool(outputs[0].any()):
-            self.zero_makers.append(f"a ReLU at {self._here()} output only zeros (dead ReLU)")
+            self.zero_makers.append(("relu", *self._here()))
         elif name in _MUL and any(_is_zero(a) for a in args):
-            self.zero_makers.append(f"a value was multiplied by 0 at {self._here()}")
+            self.zero_makers.append(("mul", *self._here()))
         if params or cuts:
             entry = (frozenset(params), frozenset(cuts))
             for o in outputs:
                 self.taint[id(o)] = (o, *entry)
 
-    def _here(self) -> str:
-        where = _user_location()
-        return f"{where} (module `{self._modules[-1]}`)" if self._modules else where
+    def _here(self) -> tuple[tuple | None, str]:
+        """The user's line and the innermost module running (``""`` outside any)."""
+        return _user_location(), self._modules[-1] if self._modules else ""
 
 
 def _is_zero(a) -> bool:
@@ -720,25 +886,28 @@ def _all_zero(g: torch.Tensor | None) -> bool:
     return g is None or not bool(g.detach().any())
 
 
-def _module_list(names: list[str]) -> str:
-    names = sorted(set(n for n in names if n), key=names.index)
-    if not names:
-        return ""
-    shown = ", ".join(f"`{n}`" for n in names[:3])
-    return f" (module {shown}{', ...' if len(names) > 3 else ''})"
-
-
 def _param_list(names: list[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:3])
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return shown + more
+    shown = _separator().join(f"`{n}`" for n in names[:3])
+    if len(names) > 3:
+        return _("{names} and {count} more", names=shown, count=len(names) - 3)
+    return shown
 
 
-def _explain(status: str, theme: str, **fields) -> str:
+def _then(first: str, second: str) -> str:
+    """Two sentences, one after the other (no space between Chinese sentences)."""
+    return first + ("" if is_chinese() else " ") + second
+
+
+def _explain(status: str, theme: str, variant: str | None = None, **fields) -> str:
+    """The finding's explanation: the technical sentences of ``status`` (of its ``variant``,
+    for a status with several), then the analogy's sentence."""
     text = _TEXT[status]
-    detail = text["technical"].format(**fields)
+    technical = text["technical"]
+    if isinstance(technical, dict):
+        technical = technical[variant]
+    detail = translate(technical).format(**fields)
     if theme != "technical":
-        detail += " " + text[theme].format(**fields)
+        detail = _then(detail, translate(text[theme]).format(**fields))
     return detail
 
 
@@ -769,14 +938,16 @@ def diagnose(model: torch.nn.Module, loss: torch.Tensor | None = None, *, step=N
     Returns a :class:`Report`: ``.findings``, ``.per_parameter``, ``.ok``, ``.plot()``.
     """
     if (loss is None) == (step is None):
-        raise TypeError("diagnose() needs exactly one of loss=<scalar tensor> or "
-                        "step=<callable returning the loss>")
+        raise TypeError(_("diagnose() needs exactly one of loss=<scalar tensor> or "
+                          "step=<callable returning the loss>"))
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        raise TypeError(_("model must be a torch.nn.Module, not {type}",
+                          type=type(model).__name__))
     if theme not in THEMES:
-        raise ValueError(f"theme must be one of {list(THEMES)}, not {theme!r}")
+        raise ValueError(_("theme must be one of {themes}, not {theme!r}", themes=list(THEMES),
+                           theme=theme))
     if not (zero_tol >= 0 and 0 < vanishing < exploding):
-        raise ValueError("need 0 <= zero_tol and 0 < vanishing < exploding")
+        raise ValueError(_("need 0 <= zero_tol and 0 < vanishing < exploding"))
 
     named = list(model.named_parameters())
     trainable = [(n, p) for n, p in named if p.requires_grad]
@@ -788,7 +959,7 @@ def diagnose(model: torch.nn.Module, loss: torch.Tensor | None = None, *, step=N
     if step is not None:
         before = {n: None if p.grad is None else p.grad.detach().clone() for n, p in named}
         handles = [p.register_hook(_capture(captured, n)) for n, p in trainable]
-        watcher = _ForwardWatcher(model, {id(p) for _, p in named})
+        watcher = _ForwardWatcher(model, {id(p) for _n, p in named})
         try:
             with watcher:
                 loss = step()
@@ -797,51 +968,53 @@ def diagnose(model: torch.nn.Module, loss: torch.Tensor | None = None, *, step=N
             for handle in handles:
                 handle.remove()
         if not isinstance(loss, torch.Tensor):
-            raise TypeError(f"step() must return the loss tensor, not {type(loss).__name__}")
+            raise TypeError(_("step() must return the loss tensor, not {type}",
+                              type=type(loss).__name__))
         watcher.loss_cuts = watcher.taint_of(loss)[1]
         watcher.taint.clear()  # the forward's tensors are no longer needed
         if watcher.errors:
-            notes.append("the forward watcher could not follow some operations: "
-                         + "; ".join(watcher.errors[:3]))
+            notes.append(_("the forward watcher could not follow some operations: {errors}",
+                           errors=("\uff1b" if is_chinese() else "; ").join(
+                               _code(e) for e in watcher.errors[:3])))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise ValueError(f"the loss must be a tensor with one element (a scalar), got {shape}; "
-                         "reduce it first, e.g. loss.mean()")
+        raise ValueError(_("the loss must be a tensor with one element (a scalar), got "
+                           "{shape}; reduce it first, e.g. loss.mean()", shape=shape))
 
     findings: list[Finding] = []
     reachable = _reachable_leaves(loss)
     fresh: dict[str, torch.Tensor | None] | None = None
     broken = False  # computing the gradients raised: backward() would raise as well
     if captured:  # step() ran backward: its gradients came through our parameter hooks
-        fresh = {n: captured.get(n) for n, _ in trainable}
-        source = "the backward() inside step (read with parameter hooks; .grad not touched)"
+        fresh = {n: captured.get(n) for n, _p in trainable}
+        source = _("the backward() inside step (read with parameter hooks; .grad not touched)")
     elif not loss.requires_grad:
-        fresh = {n: None for n, _ in trainable}
-        source = "nowhere: the loss has no history"
+        fresh = {n: None for n, _p in trainable}
+        source = _("nowhere: the loss has no history")
         findings.append(Finding(None, "no_history", _explain("no_history", theme),
                                 LESSONS["no_history"]))
     else:
-        params = [p for _, p in trainable]
+        params = [p for _n, p in trainable]
         try:
             grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True) \
                 if params else ()
-            fresh = {n: g for (n, _), g in zip(trainable, grads, strict=True)}
-            source = "torch.autograd.grad on the loss (.grad not touched, graph kept)"
+            fresh = {n: g for (n, _p), g in zip(trainable, grads, strict=True)}
+            source = _("torch.autograd.grad on the loss (.grad not touched, graph kept)")
         except RuntimeError as exc:
             message = str(exc).split("\n")[0]
-            source = ".grad (the loss's graph could not be run again)"
+            source = _(".grad (the loss's graph could not be run again)")
             if "inplace" in message or "in-place" in message:
                 broken = True
                 findings.append(Finding(None, "inplace", _explain(
-                    "inplace", theme, extra=f"'{message[:200]}'."), LESSONS["inplace"]))
+                    "inplace", theme, error=_quoted(message)), LESSONS["inplace"]))
             elif "second time" in message or "freed" in message:
-                notes.append("The loss's graph was already freed by backward(), so the "
-                             "gradients were read from .grad; the doctor cannot tell whether "
-                             ".grad also holds leftovers from an earlier step. Call diagnose "
-                             "before backward(), or pass step=..., to check for that.")
+                notes.append(_("The loss's graph was already freed by backward(), so the "
+                               "gradients were read from .grad; the doctor cannot tell whether "
+                               ".grad also holds leftovers from an earlier step. Call diagnose "
+                               "before backward(), or pass step=..., to check for that."))
             else:
-                notes.append(f"Computing the gradients raised RuntimeError ('{message[:200]}'), "
-                             "so they were read from .grad.")
+                notes.append(_("Computing the gradients raised RuntimeError ('{error}'), so "
+                               "they were read from .grad.", error=_quoted(message)))
 
     in_optimizer: set[int] | None = None
     if optimizer is not None:
@@ -882,39 +1055,36 @@ def diagnose(model: torch.nn.Module, loss: torch.Tensor | None = None, *, step=N
         for row, (name, p) in zip(rows, named, strict=True):
             if not p.requires_grad:
                 continue
-            extra = _stale(p, fresh.get(name), before.get(name), bool(captured))
-            if extra is None:
+            stale, k = _stale(p, fresh.get(name), before.get(name), bool(captured))
+            if stale is None:
                 if row.grad_attr == "values":
                     row.grad_attr = "this loss"
                 continue
-            if extra == "earlier":
+            if stale == "earlier":
                 row.grad_attr = "earlier"
                 earlier.append(name)
                 continue
             row.grad_attr = "stale"
-            findings.append(Finding(name, "stale_grad", _explain("stale_grad", theme, name=name,
-                                                                  extra=extra),
+            findings.append(Finding(name, "stale_grad", _explain("stale_grad", theme, stale,
+                                                                  name=name, k=k),
                                     LESSONS["stale_grad"]))
 
     if earlier:
-        notes.append(f".grad of {_param_list(earlier)} still holds the gradient of an earlier "
-                     "backward(), not this loss's. That is harmless if optimizer.zero_grad() "
-                     "runs before this loss's backward(); without it the two add up. Pass your "
-                     "training step as step=... to let the doctor check.")
+        notes.append(_(".grad of {params} still holds the gradient of an earlier backward(), "
+                       "not this loss's. That is harmless if optimizer.zero_grad() runs before "
+                       "this loss's backward(); without it the two add up. Pass your training "
+                       "step as step=... to let the doctor check.",
+                       params=_param_list(earlier)))
 
     if in_optimizer is not None:
         for row, (name, p) in zip(rows, named, strict=True):
             if row.in_optimizer and not p.requires_grad:
-                extra = "" if p.grad is None else (
-                    ", but its .grad is NOT None (left from before it was frozen), so every "
-                    "optimizer.step() still moves it")
                 findings.append(Finding(name, "frozen_in_optimizer", _explain(
-                    "frozen_in_optimizer", theme, name=name, extra=extra),
-                    LESSONS["frozen_in_optimizer"]))
+                    "frozen_in_optimizer", theme, "none" if p.grad is None else "grad",
+                    name=name), LESSONS["frozen_in_optimizer"]))
             elif p.requires_grad and not row.in_optimizer:
-                extra = " and gets a gradient" if row.grad_norm else ""
                 findings.append(Finding(name, "not_in_optimizer", _explain(
-                    "not_in_optimizer", theme, name=name, extra=extra),
+                    "not_in_optimizer", theme, "grad" if row.grad_norm else "none", name=name),
                     LESSONS["not_in_optimizer"]))
 
     if watcher is not None:
@@ -939,21 +1109,16 @@ def _param_status(name, p, row, g, watcher, from_grad_attr, vanishing, exploding
             return "unreachable", _explain("unreachable", theme, name=name)
         return _why_unreachable(name, p, watcher, theme)
     if g is None:
-        if from_grad_attr:
-            extra = ("backward() has not stored a gradient in .grad (was zero_grad() called "
-                     "after backward(), or backward() never run on this loss?).")
-        else:
-            extra = ("a backward function on the path sent no gradient for it (a custom "
-                     "autograd.Function whose backward returns None, for instance).")
-        return "none", _explain("none", theme, name=name, extra=extra)
+        return "none", _explain("none", theme, "grad_attr" if from_grad_attr else "backward_fn",
+                                name=name)
     if not bool(torch.isfinite(g).all()):
         return "nonfinite", _explain("nonfinite", theme, name=name)
     if row.zero_fraction == 1.0:
-        extra = ""
         if watcher is not None and watcher.zero_makers:
-            seen = sorted(set(watcher.zero_makers), key=watcher.zero_makers.index)[:3]
-            extra = " Seen during the forward pass: " + "; ".join(seen) + "."
-        return "zero", _explain("zero", theme, name=name, thr=zero_tol, extra=extra)
+            found = sorted(set(watcher.zero_makers), key=watcher.zero_makers.index)[:3]
+            seen = ("\uff1b" if is_chinese() else "; ").join(_zero_maker(*z) for z in found)
+            return "zero", _explain("zero", theme, "seen", name=name, thr=zero_tol, seen=seen)
+        return "zero", _explain("zero", theme, "zero", name=name, thr=zero_tol)
     if row.grad_norm < vanishing:
         return "vanishing", _explain("vanishing", theme, name=name, norm=row.grad_norm,
                                      thr=vanishing)
@@ -970,42 +1135,46 @@ def _why_unreachable(name, p, watcher: _ForwardWatcher, theme) -> tuple[str, str
     reached = [c for i, c in enumerate(watcher.cuts) if pid in c.params and i in loss_cuts]
     cut = (reached or cuts or [None])[0]
     if cut is None:
-        if pid in watcher.used:
-            extra = ("was used in the forward pass only for a result that never reached the "
-                     "loss (computed, then discarded)")
-        else:
-            extra = "took no part in the forward pass"
-        return "unused", _explain("unused", theme, name=name, extra=extra)
-    where = cut.where + (f" (module `{cut.module}`)" if cut.module else "")
+        variant = "discarded" if pid in watcher.used else "unused"
+        return "unused", _explain("unused", theme, variant, name=name)
+    where = _place(cut.where, [cut.module])
     status = {"detach": "detached", "data": "detached", "no_grad": "no_grad",
               "nondiff": "cut"}[cut.reason]
     return status, _explain(status, theme, name=name, op=cut.op, where=where)
 
 
-def _stale(p, fresh, before, step_ran_backward) -> str | None:
-    """How ``p.grad`` shows an accumulation without ``zero_grad()``: a sentence for a finding,
-    ``"earlier"`` when it merely still holds an earlier step's gradient (harmless if
-    ``zero_grad()`` runs before the next ``backward()``), or ``None``."""
+def _zero_maker(kind: str, site, module: str) -> str:
+    """What the forward pass did that makes a gradient zero, and where."""
+    where = _place(site, [module])
+    if kind == "relu":
+        return _("a ReLU at {where} output only zeros (dead ReLU)", where=where)
+    return _("a value was multiplied by 0 at {where}", where=where)
+
+
+def _stale(p, fresh, before, step_ran_backward) -> tuple[str | None, int]:
+    """How ``p.grad`` shows an accumulation without ``zero_grad()``: ``("step", 0)`` (the step
+    added its gradient onto the one already there) or ``("times", k)`` (``k`` times this loss's
+    gradient) for a finding, ``("earlier", 0)`` when it merely still holds an earlier step's
+    gradient (harmless if ``zero_grad()`` runs before the next ``backward()``), or
+    ``(None, 0)``."""
     current = p.grad
     if step_ran_backward:
         if _all_zero(before) or current is None or fresh is None:
-            return None
+            return None, 0
         if _close(current, fresh) or not _close(current, before + fresh):
-            return None
-        return ("this step's gradient added onto the one that was already there before the "
-                "step: the step ran backward() without zero_grad() first.")
+            return None, 0
+        return "step", 0
     if _all_zero(current):
-        return None
+        return None, 0
     if fresh is None or _all_zero(fresh):
-        return "earlier"
+        return "earlier", 0
     f, c = fresh.detach().double(), current.detach().double()
     k = round(float((c * f).sum() / (f * f).sum()))
     if _close(current, fresh):
-        return None
+        return None, 0
     if k >= 2 and _close(c, k * f):
-        return (f"{k} times this loss's gradient: backward() ran {k} times without zero_grad() "
-                "in between, and each run added its gradient onto the last.")
-    return "earlier"
+        return "times", k
+    return "earlier", 0
 
 
 def _partial_detach_findings(watcher, named, reachable, theme) -> list[Finding]:
@@ -1013,19 +1182,27 @@ def _partial_detach_findings(watcher, named, reachable, theme) -> list[Finding]:
     still reach the loss another way (so no per-parameter finding shows the cut)."""
     loss_cuts = watcher.loss_cuts
     names = {id(p): n for n, p in named}
-    groups: dict[tuple[str, str], list[_Cut]] = {}
+    groups: dict[tuple[str, tuple | None], list[_Cut]] = {}
     for i, cut in enumerate(watcher.cuts):
         if cut.reason in ("detach", "data") and i in loss_cuts and cut.params & reachable:
             groups.setdefault((cut.op, cut.where), []).append(cut)
     findings = []
-    for (op, where), cuts in groups.items():
+    for (op, site), cuts in groups.items():
         params = sorted({names[i] for c in cuts for i in c.params if i in reachable},
                         key=list(names.values()).index)
-        times = f", {len(cuts)} times" if len(cuts) > 1 else ""
-        place = f"{where}{times}{_module_list([c.module for c in cuts])}"
-        text = _PARTIAL_DETACH["technical"].format(op=op, where=place,
-                                                   params=_param_list(params))
+        place = _place(site, [c.module for c in cuts], times=len(cuts))
+        text = _(_PARTIAL_DETACH["technical"], op=op, where=place, params=_param_list(params))
         if theme != "technical":
-            text += " " + _PARTIAL_DETACH[theme].format(where=where)
+            text = _then(text, _(_PARTIAL_DETACH[theme], where=_place(site)))
         findings.append(Finding(None, "detached", text, LESSONS["detached"]))
     return findings
+
+
+def _quoted(message: str) -> str:
+    """torch's message, cut to 200 characters, safe inside a code span."""
+    return message[:200].strip().replace("`", "'")
+
+
+def _code(text: str) -> str:
+    """``text`` as a code span."""
+    return f"`{text.replace('`', chr(39))}`"

@@ -10,16 +10,74 @@ and says "None (not kept)" for a non-leaf.
 from __future__ import annotations
 
 import html
+import textwrap
+import unicodedata
 import warnings
 from dataclasses import dataclass
 
-from course.themes import GLOSSARY, THEMES
+from course.i18n import N_, _
+from course.themes import GLOSSARY, THEMES, term
 
 # A tensor's role in each analogy: the glossary's words for the three tensor kinds.
 ROLES = {
     theme: {kind: GLOSSARY[theme][kind] for kind in ("parameter", "constant", "intermediate")}
     for theme in THEMES
 }
+
+
+def width(text: str) -> int:
+    """Columns ``text`` takes in a monospaced terminal: 2 for a Chinese character or a
+    full-width punctuation mark, 1 for anything else."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def ljust(text: str, columns: int) -> str:
+    """``text`` padded with spaces to ``columns`` terminal columns (see :func:`width`)."""
+    return text + " " * max(0, columns - width(text))
+
+
+_NO_LINE_START = set("，。、：；？！）」』》”’…%")   # punctuation a Chinese line never begins with
+_NO_LINE_END = set("（「『《“‘")                    # nor ends with
+
+
+def wrap(text: str, columns: int, initial_indent: str = "", subsequent_indent: str = "",
+         break_on_hyphens: bool = True) -> list[str]:
+    """:func:`textwrap.wrap`, also for Chinese text: a line holds at most ``columns`` terminal
+    columns, breaks between any two Chinese characters (never inside a word of Latin letters
+    or code, never before a closing punctuation mark nor after an opening one)."""
+    if width(text) == len(text):
+        return textwrap.wrap(text, columns, initial_indent=initial_indent,
+                             subsequent_indent=subsequent_indent,
+                             break_on_hyphens=break_on_hyphens)
+    tokens, word = [], ""
+    for c in text:  # a run of Latin letters or code, a space, or one wide character
+        if c == " " or width(c) == 2:
+            if word:
+                tokens.append(word)
+                word = ""
+            tokens.append(c)
+        else:
+            word += c
+    if word:
+        tokens.append(word)
+    lines, line = [], initial_indent
+    fresh = True  # nothing but the indent on this line yet
+    for token in tokens:
+        if fresh and token == " ":
+            continue
+        if not fresh and width(line) + width(token) > columns and token[0] not in _NO_LINE_START:
+            carried = ""
+            while line[-1:] in _NO_LINE_END and len(line) > len(subsequent_indent) + 1:
+                line, carried = line[:-1], line[-1] + carried
+            lines.append(line.rstrip())
+            line, fresh = subsequent_indent + carried, not carried
+            if token == " " and fresh:
+                continue
+        line += token
+        fresh = False
+    if not fresh:
+        lines.append(line.rstrip())
+    return lines
 
 
 def kind_of(t) -> str:
@@ -41,7 +99,7 @@ def _fmt_grad(t) -> str:
     g = quiet_grad(t)
     if g is None:
         if not t.is_leaf and not t.retains_grad:
-            return "None (not kept)"
+            return _("None (not kept)")
         return "None"
     values = g.detach().flatten().tolist()
     shown = ", ".join(f"{v:.4g}" for v in values[:6])
@@ -62,7 +120,7 @@ class Row:
 class TensorTable:
     """A small table that renders as HTML in Jupyter and as text elsewhere."""
 
-    columns = ("tensor", "is_leaf", "requires_grad", "grad_fn", ".grad", "role")
+    columns = (N_("tensor"), "is_leaf", "requires_grad", "grad_fn", ".grad", N_("role"))
 
     def __init__(self, rows: list[Row], theme: str):
         self.rows = rows
@@ -72,15 +130,15 @@ class TensorTable:
         return (r.name, str(r.is_leaf), str(r.requires_grad), r.grad_fn, r.grad, r.role)
 
     def __repr__(self) -> str:
-        data = [self.columns] + [self._cells(r) for r in self.rows]
-        widths = [max(len(row[i]) for row in data) for i in range(len(self.columns))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        data = [tuple(_(c) for c in self.columns)] + [self._cells(r) for r in self.rows]
+        widths = [max(width(row[i]) for row in data) for i in range(len(self.columns))]
+        lines = ["  ".join(ljust(c, w) for c, w in zip(row, widths, strict=True)).rstrip()
                  for row in data]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        head = "".join(f"<th>{html.escape(_(c))}</th>" for c in self.columns)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
             for r in self.rows
@@ -92,7 +150,8 @@ class TensorTable:
 def tensor_table(theme: str = "technical", **tensors) -> TensorTable:
     """Facts about each named tensor, e.g. ``tensor_table("logistics", w=w, parcel=parcel)``."""
     if theme not in ROLES:
-        raise ValueError(f"theme must be one of {sorted(ROLES)}, not {theme!r}")
+        raise ValueError(_("theme must be one of {themes}, not {theme!r}", themes=sorted(ROLES),
+                           theme=theme))
     rows = []
     for name, t in tensors.items():
         fn = t.grad_fn
@@ -102,7 +161,7 @@ def tensor_table(theme: str = "technical", **tensors) -> TensorTable:
             requires_grad=bool(t.requires_grad),
             grad_fn="None" if fn is None else type(fn).__name__,
             grad=_fmt_grad(t),
-            role=ROLES[theme][kind_of(t)],
+            role=term(theme, kind_of(t)),  # the glossary's word, in the course's language
         ))
     return TensorTable(rows, theme)
 
@@ -155,8 +214,10 @@ def assert_close(actual, expected, rtol: float = 1.3e-6, atol: float = 1e-5) -> 
     a = torch.as_tensor(actual).detach().to(torch.float64)
     e = torch.as_tensor(expected).detach().to(torch.float64)
     if a.shape != e.shape:
-        raise AssertionError(f"shapes differ: {tuple(a.shape)} and {tuple(e.shape)}")
+        raise AssertionError(_("shapes differ: {actual} and {expected}", actual=tuple(a.shape),
+                               expected=tuple(e.shape)))
     if not torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
         worst = (a - e).abs().max().item()
-        raise AssertionError(f"values differ by up to {worst:.3g} (allowed: {atol:g} + "
-                             f"{rtol:g} * |expected|):\n{a.tolist()}\n{e.tolist()}")
+        raise AssertionError(_("values differ by up to {worst:.3g} (allowed: {atol:g} + "
+                               "{rtol:g} * |expected|):\n{actual}\n{expected}", worst=worst,
+                               atol=atol, rtol=rtol, actual=a.tolist(), expected=e.tolist()))

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from course.i18n import _
+
 
 def _tensors(items: Iterable[Any]):
     """Flatten tensors, ``None`` and iterables of them into tensors."""
@@ -36,10 +38,10 @@ def _tensors(items: Iterable[Any]):
                 if t is None:
                     continue
                 if not isinstance(t, torch.Tensor):
-                    raise TypeError(f"expected tensors, got {type(t).__name__}")
+                    raise TypeError(_("expected tensors, got {type}", type=type(t).__name__))
                 yield t
         else:
-            raise TypeError(f"expected tensors, got {type(item).__name__}")
+            raise TypeError(_("expected tensors, got {type}", type=type(item).__name__))
 
 
 def _storages(t: torch.Tensor):
@@ -75,7 +77,7 @@ def tensor_bytes(*tensors, exclude: Iterable[Any] = ()) -> int:
     ``tensor_bytes(x, x.t(), x[0])`` is the bytes of ``x``, once. Storages shared with the
     tensors in ``exclude`` are not counted.
     """
-    skip = frozenset(key for t in _tensors([exclude]) for key, _ in _storages(t))
+    skip = frozenset(key for t in _tensors([exclude]) for key, _size in _storages(t))
     return _count(_tensors(tensors), skip)
 
 
