@@ -24,6 +24,12 @@ colour; the legend is laid out here; layouts and geometries are cached per graph
 the PNG is written with zlib directly (see docs/benchmarks.md). ``draw_graph`` draws the
 same edges and legend with ordinary matplotlib artists (``Text``, patches), so a
 figure you save as SVG or PDF has real text and vector shapes.
+
+The words are those of the current language (``course.i18n``; the zh-CN edition's from
+``course.themes.GLOSSARY_ZH``). Characters DejaVu Sans lacks (Chinese) are drawn from the CJK
+font, WenQuanYi Micro Hei (:func:`cjk_font`), on both paths, as matplotlib's font fallback
+does it; without that font a Chinese drawing fails, naming the Debian package to install,
+instead of drawing boxes. English text never needs it and is drawn as before.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from collections.abc import Callable, Mapping
 
 import networkx as nx
 
-from course import themes
+from course import i18n, themes
 
 __all__ = ["draw_graph", "render_png", "graph_layout", "graph_geometry", "format_grad",
            "picture_key", "figure_size", "display_width", "DISPLAY_DPI", "RENDER_DPI",
@@ -104,40 +110,53 @@ def _label(d: dict, theme: str) -> str:
     if d["kind"] == "function":
         return d["torch_class"]
     shape = f" {list(d['shape'])}" if d["shape"] else ""
-    return f"{d['name']}{shape}\n{themes.SHORT_ROLE[theme][d['kind']]}"
+    return f"{d['name']}{shape}\n{themes.short_role(theme, d['kind'])}"
 
 
 @functools.lru_cache(maxsize=4096)
 def _text_width(s: str, size: float = FONT, weight: str = "normal", style: str = "normal"):
-    """Width of one line of text in inches (DejaVu Sans, the font matplotlib uses): the sum
-    of the unhinted advances and kernings, which is the width FreeType lays the line out
-    to (to a hundredth of a pixel), at a tenth of the cost of laying it out."""
+    """Width of one line of text in inches (DejaVu Sans, the font matplotlib uses, and the CJK
+    font for the characters it lacks, see :func:`_face_of`): the sum of the unhinted advances
+    and kernings (kerning within one font's run only), which is the width FreeType lays the
+    line out to (to a hundredth of a pixel), at a tenth of the cost of laying it out."""
     from matplotlib.ft2font import Kerning
 
     font, advance = _advances(weight, style, size)
-    width, prev = 0.0, None
+    width, prev, prev_face = 0.0, None, 0
     for ch in s:
         a = advance.get(ch)
         if a is None:
-            a = advance[ch] = _advance(font, ch)
-        if prev is not None:
-            width += font.get_kerning(prev, a[1], Kerning.UNFITTED) / 64
+            a = advance[ch] = _advance(font, ch, weight, style, size)
+        if prev is not None and a[2] == prev_face:
+            face = font if a[2] == 0 else _ft_font(weight, style, size, 720, face=a[2])
+            width += face.get_kerning(prev, a[1], Kerning.UNFITTED) / 64
         width += a[0]
-        prev = a[1]
+        prev, prev_face = a[1], a[2]
     return width / 720
 
 
 @functools.lru_cache(maxsize=16)
 def _advances(weight: str, style: str, size: float) -> tuple:
-    """The face (at ``size`` points, 720 dpi) and its cache ``char -> (advance, glyph)``."""
+    """The face (at ``size`` points, 720 dpi) and its cache ``char -> (advance, glyph, face)``."""
     return _ft_font(weight, style, size, 720), {}
 
 
-def _advance(font, ch: str) -> tuple[float, int]:
+def _advance(font, ch: str, weight: str = "normal", style: str = "normal",
+             size: float = FONT) -> tuple[float, int, int]:
     from matplotlib.ft2font import LoadFlags
 
-    glyph = font.load_char(ord(ch), flags=LoadFlags.NO_HINTING)
-    return glyph.linearHoriAdvance / 65536, font.get_char_index(ord(ch))
+    face = _face_of(weight, style, ch)
+    if face:
+        font = _ft_font(weight, style, size, 720, face=face)
+    glyph = _load(font, ch, LoadFlags.NO_HINTING)
+    return glyph.linearHoriAdvance / 65536, font.get_char_index(ord(ch)), face
+
+
+def _load(font, ch: str, flags):
+    """The glyph of ``ch``, or the font's missing-glyph box (index 0) if it has none (as
+    matplotlib draws a character no font has, with a warning of its own)."""
+    index = font.get_char_index(ord(ch))
+    return font.load_char(ord(ch), flags=flags) if index else font.load_glyph(0, flags=flags)
 
 
 def _label_font(d: dict) -> dict:
@@ -490,8 +509,11 @@ _GEOMETRIES: dict[tuple, Geometry] = {}
 
 
 def _geometry(g: nx.DiGraph, theme: str) -> Geometry:
-    """``Geometry(g, theme)``, cached by what it depends on: structure, labels and fonts."""
-    key = (theme, tuple((n, d["kind"], d.get("torch_class"), d.get("name"), d.get("shape"),
+    """``Geometry(g, theme)``, cached by what it depends on: structure, labels (their language
+    too) and fonts."""
+    from course.i18n import language
+
+    key = (theme, language(), tuple((n, d["kind"], d.get("torch_class"), d.get("name"), d.get("shape"),
                          bool(d.get("is_output"))) for n, d in g.nodes(data=True)),
            tuple(g.edges))
     geo = _GEOMETRIES.get(key)
@@ -789,7 +811,8 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
             ax.add_artist(make(x, y))  # add_artist: no autoscale bookkeeping, limits are set
 
         def text(x, y, s, zorder, **kw):
-            ax.text(x, y, s, zorder=zorder, **kw)
+            ax.text(x, y, s, zorder=zorder, **kw, **_families(
+                s, kw.get("fontweight", "normal"), kw.get("style", "normal")))
 
     for n, d in g.nodes(data=True):
         style = themes.node_style(d["kind"], theme)
@@ -857,10 +880,10 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
             artist.set_transform(fig.dpi_scale_trans)
             fig.add_artist(artist)
         fig.text(MARGIN + lx, legend_y + hy, label, ha="left", va="center", fontsize=FONT,
-                 transform=fig.dpi_scale_trans, gid="graph-legend")
+                 transform=fig.dpi_scale_trans, gid="graph-legend", **_families(label))
     if title:
         fig.suptitle(title, fontsize=TITLE_FONT, x=MARGIN / fig.get_figwidth(), y=title_y,
-                     ha="left")
+                     ha="left", **_families(title))
 
 
 def _patch_kw(style: dict) -> dict:
@@ -978,7 +1001,10 @@ _PNG_CACHE_SIZE = 64
 
 def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bool,
                 dpi: int, size=None) -> tuple:
-    """Everything the drawing shows, as a hashable key: equal keys draw equal pictures."""
+    """Everything the drawing shows, as a hashable key: equal keys draw equal pictures (the
+    language is part of it: it changes the words of the labels and the legend)."""
+    from course.i18n import language
+
     nodes = tuple(
         (n, d["kind"], d.get("torch_class"), d.get("shape"), bool(d.get("retains_grad")),
          bool(d.get("has_hooks")), bool(d.get("is_output")), bool(d.get("highlight")),
@@ -989,7 +1015,7 @@ def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bo
         (u, v, bool(d.get("recovered")),
          _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
         for u, v, d in graph.edges(data=True))
-    return nodes, edges, theme, title, show_grads, dpi, size
+    return nodes, edges, theme, language(), title, show_grads, dpi, size
 
 
 PIXEL_BUDGET = 2_500_000  # pixels: the most a PNG of render_png gets (time to encode it)
@@ -1178,19 +1204,106 @@ def _text_stamp(s: str, dpi: float, **kw) -> tuple:
 # Text._get_layout places them (rotation 0), each on whole pixels.
 
 @functools.lru_cache(maxsize=32)
-def _ft_font(weight: str, style: str, size: float | None = None, dpi: float | None = None):
-    """A FreeType face of the font matplotlib picks for ``weight``/``style``, set to ``size``
-    points at ``dpi``: one object per size, so that it is set once (a size change costs
-    FreeType a millisecond or two) and never disturbs the faces matplotlib itself uses."""
+def _ft_font(weight: str, style: str, size: float | None = None, dpi: float | None = None,
+             face: int = 0):
+    """A FreeType face of the font matplotlib picks for ``weight``/``style`` (``face=1``: of
+    the CJK fallback font, :func:`cjk_font`, which has one weight), set to ``size`` points at
+    ``dpi``: one object per size, so that it is set once (a size change costs FreeType a
+    millisecond or two) and never disturbs the faces matplotlib itself uses."""
     import matplotlib as mpl
     from matplotlib.font_manager import FontProperties, findfont
     from matplotlib.ft2font import FT2Font
 
-    font = FT2Font(findfont(FontProperties(weight=weight, style=style)),
-                   hinting_factor=mpl.rcParams["text.hinting_factor"])
+    if face:
+        path = cjk_font()
+        font = FT2Font(path, hinting_factor=mpl.rcParams["text.hinting_factor"],
+                       face_index=getattr(path, "face_index", 0))
+    else:
+        font = FT2Font(findfont(FontProperties(weight=weight, style=style)),
+                       hinting_factor=mpl.rcParams["text.hinting_factor"])
     if size is not None:
         font.set_size(size, dpi)
     return font
+
+
+# --- Chinese text: the characters DejaVu Sans lacks (CJK ideographs, full-width punctuation)
+# come from a CJK font, as matplotlib's own font fallback does it (a family list): each
+# character from the first font that has it, no kerning across fonts. English text never
+# needs it, and is drawn as before.
+CJK_FAMILY = i18n.CJK_FONT
+CJK_PACKAGE = "fonts-wqy-microhei"   # the Debian package that installs it
+
+
+@functools.cache
+def cjk_font():
+    """The file (a matplotlib ``FontPath``) of the CJK font the drawings use for characters
+    DejaVu Sans lacks, found through matplotlib's font manager; a font installed after the
+    font manager's list was made is added to it (``addfont``, so that ``plt`` figures find it
+    too: the manager is kept, not replaced, since matplotlib's modules hold it).
+    Raises ``RuntimeError`` naming the Debian package when it is not installed."""
+    import logging
+
+    from matplotlib import font_manager as fm
+
+    prop = fm.FontProperties(family=CJK_FAMILY)
+    for attempt in range(2):
+        try:
+            path = fm.fontManager.findfont(prop, fallback_to_default=False,
+                                           rebuild_if_missing=False)
+        except ValueError:
+            path = None
+        if path is not None:
+            # the font has one weight: matplotlib's fallback for bold Chinese text uses it,
+            # and need not log that it found no bold one each time
+            logging.getLogger("matplotlib.font_manager").addFilter(_quiet_cjk_weight)
+            return path
+        if attempt == 0:  # the font list predates the font: add the system's new fonts
+            known = {f.fname for f in fm.fontManager.ttflist}
+            for found in fm.findSystemFonts():
+                if found not in known:
+                    try:
+                        fm.fontManager.addfont(found)
+                    except (OSError, RuntimeError, ValueError):  # pragma: no cover
+                        continue
+    from course.i18n import _
+
+    raise RuntimeError(_(
+        "Drawing Chinese text needs the CJK font {family}, which matplotlib cannot find: "
+        "install the Debian package {package} (`apt-get install {package}`), then restart "
+        "the kernel.", family=CJK_FAMILY, package=CJK_PACKAGE))
+
+
+def _quiet_cjk_weight(record) -> bool:
+    """A logging filter: drop font_manager's "no bold face" notice about the CJK font."""
+    text = record.getMessage()
+    return not ("Failed to find font weight" in text and CJK_FAMILY in text)
+
+
+def cjk_families() -> list[str]:
+    """The family list that draws Chinese as :func:`render_png` does: the font matplotlib
+    picks, then the CJK font (for ``fontfamily=`` of a matplotlib text, or rcParams)."""
+    cjk_font()
+    return [_ft_font("normal", "normal").family_name, CJK_FAMILY]
+
+
+@functools.lru_cache(maxsize=8192)
+def _face_of(weight: str, style: str, ch: str) -> int:
+    """0 if the font matplotlib picks has ``ch``; 1 if only the CJK font has it (it must be
+    installed, see :func:`cjk_font`); 0 again if neither has it (drawn as a missing glyph)."""
+    if ch.isprintable() and not _ft_font(weight, style).get_char_index(ord(ch)):
+        if _ft_font(weight, style, face=1).get_char_index(ord(ch)):
+            return 1
+    return 0
+
+
+def _needs_cjk(s: str, weight: str = "normal", style: str = "normal") -> bool:
+    return not s.isascii() and any(_face_of(weight, style, ch) for ch in s if ch != "\n")
+
+
+def _families(s: str, weight: str = "normal", style: str = "normal") -> dict:
+    """``{"fontfamily": ...}`` for a matplotlib text that needs the CJK font, else nothing
+    (English text keeps matplotlib's own font settings)."""
+    return {"fontfamily": cjk_families()} if _needs_cjk(s, weight, style) else {}
 
 
 @functools.lru_cache(maxsize=64)
@@ -1210,14 +1323,17 @@ PHASES = 2  # glyphs are rasterised at half-pixel horizontal offsets (positions 
 
 
 @functools.lru_cache(maxsize=8192)
-def _glyph(weight: str, style: str, size: float, dpi: float, index: int, phase: int, flags):
+def _glyph(weight: str, style: str, size: float, dpi: float, index: int, phase: int, flags,
+           face: int = 0):
     """One glyph rasterised by FreeType with its origin ``phase / PHASES`` pixel right of a
     pixel edge (as matplotlib 3.11's Agg renderer does it, through the same private
-    FT2Font calls): ``(coverage rows top-down, left, top)`` in pixels from the origin."""
+    FT2Font calls): ``(coverage rows top-down, left, top)`` in pixels from the origin.
+    ``face``: 0 the font matplotlib picks, 1 the CJK font (see :func:`_face_of`)."""
     import numpy as np
     from matplotlib.ft2font import RenderMode
 
-    font = _ft_font(weight, style, size, dpi)
+    font = _ft_font(weight, style, size, dpi, face=face) if face else _ft_font(
+        weight, style, size, dpi)
     font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [64 * phase // PHASES, 0])
     bitmap = font._render_glyph(index, flags, RenderMode.NORMAL)
     return np.array(bitmap.buffer, dtype=np.uint8), bitmap.left, bitmap.top
@@ -1225,11 +1341,14 @@ def _glyph(weight: str, style: str, size: float, dpi: float, index: int, phase: 
 
 @functools.lru_cache(maxsize=4096)
 def _char(weight: str, style: str, size: float, dpi: float, ch: str, flags) -> tuple:
-    """``(advance, glyph index, top, bottom)`` of a character, in pixels (unhinted)."""
-    font = _ft_font(weight, style, size, dpi)
-    glyph = font.load_char(ord(ch), flags=flags)
+    """``(advance, glyph index, top, bottom, face)`` of a character, in pixels (unhinted);
+    ``face`` is the font it is drawn from (:func:`_face_of`)."""
+    face = _face_of(weight, style, ch)
+    font = _ft_font(weight, style, size, dpi, face=face) if face else _ft_font(
+        weight, style, size, dpi)
+    glyph = _load(font, ch, flags)
     return (glyph.linearHoriAdvance / 65536, font.get_char_index(ord(ch)),
-            glyph.horiBearingY / 64, (glyph.horiBearingY - glyph.height) / 64)
+            glyph.horiBearingY / 64, (glyph.horiBearingY - glyph.height) / 64, face)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1256,22 +1375,26 @@ def _line_bitmap(line: str, size: float, weight: str, style: str, dpi: float, fl
                 math.floor((h - d) / 64) + 1, w / 64, h / 64, d / 64)
     from matplotlib.ft2font import Kerning
 
-    pen, prev, parts = phase / PHASES, None, []
+    pen, prev, prev_face, parts = phase / PHASES, None, 0, []
     y_hi, y_lo = -math.inf, math.inf
     for ch in line:
-        advance, index, top, bottom = _char(weight, style, size, dpi, ch, flags)
-        if prev is not None:
-            pen += font.get_kerning(prev, index, Kerning.UNFITTED) / 64
+        advance, index, top, bottom, face = _char(weight, style, size, dpi, ch, flags)
+        if prev is not None and face == prev_face:  # no kerning across fonts
+            kern_font = _ft_font(weight, style, size, dpi, face=face) if face else font
+            pen += kern_font.get_kerning(prev, index, Kerning.UNFITTED) / 64
         x = math.floor(pen)
         quarter = round((pen - x) * PHASES)
         if quarter == PHASES:
             x, quarter = x + 1, 0
-        cover, left, btop = _glyph(weight, style, size, dpi, index, quarter, flags)
+        if face:
+            cover, left, btop = _glyph(weight, style, size, dpi, index, quarter, flags, face)
+        else:
+            cover, left, btop = _glyph(weight, style, size, dpi, index, quarter, flags)
         if cover.size:
             parts.append((cover, x + left, btop))
             y_hi, y_lo = max(y_hi, top), min(y_lo, bottom)
         pen += advance
-        prev = index
+        prev, prev_face = index, face
     width = pen - phase / PHASES
     if not parts:
         return np.zeros((0, 0), np.uint8), 0, 0, width, 0.0, 0.0
@@ -1387,7 +1510,7 @@ def clear_caches(pictures: bool = True) -> None:
             for cache in (_STAMPS, _LAYOUTS, _COLUMNS, _GEOMETRIES):
                 cache.clear()
             for fn in (_text_width, _box_size, _advances, _line_bitmap, _font_heights, _glyph,
-                       _char):
+                       _char, _face_of):
                 fn.cache_clear()
 
 

@@ -39,10 +39,12 @@ import base64
 import contextlib
 import html
 import math
+import re
 import warnings
 
 from course import themes
 from course.charts import matplotlib_chart, svg_chart
+from course.i18n import N_, _, is_chinese
 from course.widgets import _png_image, _png_widget_output, _Twin, static_mode
 
 __all__ = ["RetainExplorer", "SkipPathExplorer", "HookExplorer", "NoGradExplorer",
@@ -79,10 +81,45 @@ WORDS: dict[str, dict[str, str]] = {
 }
 
 
+# The same words in the zh-CN edition (the terms of course.themes.GLOSSARY_ZH).
+WORDS_ZH: dict[str, dict[str, str]] = {
+    "technical": {
+        "audit": "backward()", "audits": "次backward()调用", "monitor": "retain_grad()",
+        "probe": "钩子", "detach": "detach()", "no_grad": "no_grad()",
+        "edit": "原地操作", "version": "版本计数器", "saved": "一个已保存的张量",
+        "off": "未记录",
+    },
+    "logistics": {
+        "audit": "物流审计（backward）", "audits": "次物流审计",
+        "monitor": "临时监控（retain_grad）", "probe": "质检探头（hook）",
+        "detach": "重新贴标、换了新运单（detach）",
+        "no_grad": "关闭中转站监控（no_grad）", "edit": "重新打包（原地操作）",
+        "version": "封签计数（版本计数器）",
+        "saved": "审计拍照留存",
+        "off": "未记录：中转站监控已关闭",
+    },
+    "kitchen": {
+        "audit": "溯源（backward）", "audits": "次溯源",
+        "monitor": "冷链仓库（retain_grad）", "probe": "试味勺（hook）",
+        "detach": "真空包装（detach）", "no_grad": "合上菜谱本（no_grad）",
+        "edit": "改动酱料（原地操作）",
+        "version": "瓶上的批号（版本计数器）",
+        "saved": "试味员留样",
+        "off": "未记录：菜谱本已合上",
+    },
+}
+
+
 def word(theme: str, key: str) -> str:
-    """A word of :data:`WORDS`, or of the course glossary (``course.themes``)."""
-    words = WORDS[themes.check_theme(theme)]
+    """A word of :data:`WORDS` (:data:`WORDS_ZH` in Chinese), or of the course glossary
+    (``course.themes``)."""
+    words = (WORDS_ZH if is_chinese() else WORDS)[themes.check_theme(theme)]
     return words[key] if key in words else themes.term(theme, key)
+
+
+def _join(items) -> str:
+    """Items of a list (numbers, names) as one text: ``", "``, or ``"、"`` in Chinese."""
+    return ("、" if is_chinese() else ", ").join(items)
 
 
 def _vec(t, digits: int = 4) -> str:
@@ -122,8 +159,9 @@ class _Explorer(_Twin):
     def __init__(self, theme: str = "logistics", dpi: int | None = None, **state):
         unknown = set(state) - set(self.DEFAULTS)
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no control {sorted(unknown)}; "
-                            f"its controls are {sorted(self.DEFAULTS)}")
+            raise TypeError(_("{explorer} has no control {names}; its controls are {controls}",
+                              explorer=type(self).__name__, names=sorted(unknown),
+                              controls=sorted(self.DEFAULTS)))
         self.theme = themes.check_theme(theme)
         self.dpi = dpi
         self.state = {**self.DEFAULTS, **state}
@@ -151,7 +189,8 @@ class _Explorer(_Twin):
             elif key in self.DEFAULTS:
                 self.state[key] = value
             else:
-                raise TypeError(f"{type(self).__name__} has no control {key!r}")
+                raise TypeError(_("{explorer} has no control {name}",
+                                  explorer=type(self).__name__, name=repr(key)))
         self._recompute()
         self._sync_controls()
         self._show()
@@ -191,7 +230,7 @@ class _Explorer(_Twin):
         return draw.render_png(self.graph, self.theme, title=title, **kw)
 
     def picture_title(self) -> str:
-        return self.TITLE
+        return _(self.TITLE)
 
     def status(self) -> str:
         """What the last run showed, in sentences."""
@@ -207,7 +246,16 @@ class _Explorer(_Twin):
         return self._chart_figure(ax)
 
     def _chart_figure(self, ax=None):
-        return matplotlib_chart(**self.chart_args, ax=ax)
+        fig = matplotlib_chart(**self.chart_args, ax=ax)
+        if is_chinese():  # Chinese labels: the CJK font for what DejaVu Sans lacks
+            from matplotlib.text import Text
+
+            from course.draw import _needs_cjk, cjk_families
+
+            for text in fig.findobj(Text):
+                if _needs_cjk(text.get_text()):
+                    text.set_fontfamily(cjk_families())
+        return fig
 
     def static_png(self) -> bytes:
         if self.png:
@@ -284,8 +332,9 @@ class _Explorer(_Twin):
 
         rows = [w.HBox(row, layout=w.Layout(flex_flow="row wrap", align_items="center"))
                 for row in self._control_widgets()]
-        theme = w.Dropdown(options=list(themes.THEMES), value=self.theme, description="theme",
-                           layout=w.Layout(width="200px"))
+        theme = w.Dropdown(options=themes.theme_options(), value=self.theme,
+                           description=_("theme"),
+                           layout=w.Layout(width="260px" if is_chinese() else "200px"))
         theme.add_class("xp-theme")
         theme.observe(lambda ch: self.set(theme=ch["new"]), "value")
         self.controls["theme"] = theme
@@ -298,7 +347,7 @@ class _Explorer(_Twin):
         self.code_html = w.HTML()
         self.code_html.add_class("xp-code")
         self.widget = w.VBox([
-            w.HTML(f"<b>{html.escape(self.TITLE)}</b>"), *rows, theme,
+            w.HTML(f"<b>{html.escape(_(self.TITLE))}</b>"), *rows, theme,
             w.HBox([self.code_html, self.numbers_html],
                    layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
                                    grid_gap="1.5em")),
@@ -354,7 +403,7 @@ class RetainExplorer(_Explorer):
     """
 
     CSS = "retain-explorer"
-    TITLE = "report = (parcel * w) ** 2, summed: a monitor on the station"
+    TITLE = N_("report = (parcel * w) ** 2, summed: a monitor on the station")
     DEFAULTS = {"monitor": "before", "audits": 1}
     CHOICES = {"monitor": ("none", "before", "after"), "audits": (0, 1, 2, 3)}
 
@@ -374,7 +423,7 @@ class RetainExplorer(_Explorer):
         if monitor == "before":
             station.retain_grad()
             code.append("station.retain_grad()")
-        for _ in range(audits):
+        for _audit in range(audits):
             report.backward(retain_graph=True)
         code += ["report.backward(retain_graph=True)"] * audits
         if monitor == "after":
@@ -393,34 +442,43 @@ class RetainExplorer(_Explorer):
         t = self.theme
         centre, transit = themes.term(t, "parameter"), themes.term(t, "intermediate")
         grad = themes.term(t, "gradient")
-        lines = [f"backward() ran {audits} time(s) on the same route"
-                 + ("." if t == "technical" else f": {audits} {word(t, 'audits')}.")]
+        if t == "technical":
+            lines = [_("backward() ran {count} time(s) on the same route.", count=audits)]
+        else:
+            lines = [_("backward() ran {count} time(s) on the same route: {count} {audits}.",
+                       count=audits, audits=word(t, "audits"))]
         if audits == 0:
-            lines.append(f"w ({centre}): .grad = None: no {word(t, 'audit')} has run yet.")
+            lines.append(_("w ({centre}): .grad = None: no {audit} has run yet.",
+                           centre=centre, audit=word(t, "audit")))
         else:
-            lines.append(f"w ({centre}): {grad} {_vec(w.grad)} = {audits} x {_vec(one)}: "
-                         "each backward() adds its gradient into .grad.")
+            lines.append(_("w ({centre}): {grad} {value} = {count} x {one}: each backward() adds "
+                           "its gradient into .grad.", centre=centre, grad=grad,
+                           value=_vec(w.grad), count=audits, one=_vec(one)))
         if monitor == "before" and audits:
-            lines.append(f"station ({transit}): .grad = {_vec(station_grad)} = {audits} x "
-                         f"{_vec(2 * station.detach())}: the {word(t, 'monitor')} kept it, "
-                         "and it accumulates too.")
+            lines.append(_("station ({transit}): .grad = {value} = {count} x {one}: the "
+                           "{monitor} kept it, and it accumulates too.", transit=transit,
+                           value=_vec(station_grad), count=audits,
+                           one=_vec(2 * station.detach()), monitor=word(t, "monitor")))
         elif monitor == "before":
-            lines.append(f"station ({transit}): .grad = None until the first backward().")
+            lines.append(_("station ({transit}): .grad = None until the first backward().",
+                           transit=transit))
         elif monitor == "after":
-            lines.append(f"station ({transit}): .grad = None, retains_grad = "
-                         f"{station.retains_grad}, and no warning: the {word(t, 'monitor')} "
-                         "came after the audit and kept nothing, silently.")
+            lines.append(_("station ({transit}): .grad = None, retains_grad = {retains}, and no "
+                           "warning: the {monitor} came after the audit and kept nothing, "
+                           "silently.", transit=transit, retains=station.retains_grad,
+                           monitor=word(t, "monitor")))
+        elif caught:
+            lines.append(_("station ({transit}): .grad = None with a UserWarning: computed on "
+                           "the way to w, then discarded.", transit=transit))
         else:
-            lines.append(f"station ({transit}): .grad = None"
-                         + (" with a UserWarning: computed on the way to w, then discarded."
-                            if caught else "."))
+            lines.append(_("station ({transit}): .grad = None.", transit=transit))
         self.lines = lines
 
     def _control_widgets(self) -> list:
         return [[self._buttons("monitor", "station.retain_grad():",
-                               [("not installed", "none"), ("before backward()", "before"),
-                                ("after backward()", "after")])],
-                [self._slider("audits", "backward() calls", 0, 3)]]
+                               [(_("not installed"), "none"), (_("before backward()"), "before"),
+                                (_("after backward()"), "after")])],
+                [self._slider("audits", _("backward() calls"), 0, 3)]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -473,7 +531,7 @@ class SkipPathExplorer(_Explorer):
     """
 
     CSS = "skip-explorer"
-    TITLE = "Residual stack: gradient norm at the input of each block"
+    TITLE = N_("Residual stack: gradient norm at the input of each block")
     DEFAULTS = {"blocks": 10, "detach": False}
     CHOICES = {"blocks": tuple(range(1, 21)), "detach": (False, True)}
 
@@ -493,26 +551,29 @@ class SkipPathExplorer(_Explorer):
                      "    identity = h", "    h = conv2(conv1(h).relu())",
                      f"    h = h + {skip}", "h.sum().backward()   # then read x.grad.norm()"]
         self.lines = [
-            f"{blocks} block(s); the skip path is "
-            + (word(t, "detach") if detach else "kept") + ".",
-            f"norm of x's {grad}: {shown[0]:.3g} (skip kept: {kept[0]:.3g}, "
-            f"identity.detach(): {cut[0]:.3g}).",
-            f"with the detach, x's gradient is {orders:.1f} orders of magnitude smaller"
-            if math.isfinite(orders) else "with the detach, no gradient reaches x at all",
+            _("{blocks} block(s); the skip path is {detach}.", blocks=blocks,
+              detach=word(t, "detach")) if detach else
+            _("{blocks} block(s); the skip path is kept.", blocks=blocks),
+            _("norm of x's {grad}: {norm:.3g} (skip kept: {kept:.3g}, identity.detach(): "
+              "{cut:.3g}).", grad=grad, norm=shown[0], kept=kept[0], cut=cut[0]),
+            _("with the detach, x's gradient is {orders:.1f} orders of magnitude smaller",
+              orders=orders)
+            if math.isfinite(orders) else _("with the detach, no gradient reaches x at all"),
         ]
-        legend_cut = f"identity {word(t, 'detach')}" if t != "technical" \
+        legend_cut = _("identity {detach}", detach=word(t, "detach")) if t != "technical" \
             else "x + identity.detach()"
         self.chart_args = dict(
             xlabels=[str(i) for i in range(1, blocks + 1)],
-            series=[("skip path kept", kept, "#2f9e44", not detach),
+            series=[(_("skip path kept"), kept, "#2f9e44", not detach),
                     (legend_cut, cut, "#e03131", detach)],
-            title=f"{self.TITLE} ({blocks} blocks)",
-            xlabel="block (1 = the stack's input x)", ylabel="gradient norm")
+            title=_("Residual stack: gradient norm at the input of each block ({blocks} "
+                    "blocks)", blocks=blocks),
+            xlabel=_("block (1 = the stack's input x)"), ylabel=_("gradient norm"))
         self.svg = svg_chart(**self.chart_args)
 
     def _control_widgets(self) -> list:
-        return [[self._checkbox("detach", "detach the skip path: h + identity.detach()")],
-                [self._slider("blocks", "residual blocks", 1, 20)]]
+        return [[self._checkbox("detach", _("detach the skip path: h + identity.detach()"))],
+                [self._slider("blocks", _("residual blocks"), 1, 20)]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -534,7 +595,7 @@ class HookExplorer(_Explorer):
     """
 
     CSS = "hook-explorer"
-    TITLE = "loss = 3 * w * w, summed: a hook on w"
+    TITLE = N_("loss = 3 * w * w, summed: a hook on w")
     DEFAULTS = {"hook": True, "action": "clip", "passes": 2, "remove": False}
     CHOICES = {"hook": (False, True), "action": ("look", "scale", "clip"),
                "passes": (1, 2, 3), "remove": (False, True)}
@@ -580,30 +641,49 @@ class HookExplorer(_Explorer):
         probe_word, grad = word(t, "probe"), themes.term(t, "gradient")
         self.numbers = {"w.grad": w.grad, "calls": len(seen), "seen": seen,
                         "passing": passing}
-        lines = [f"{passes} backward pass(es); each sends {_vec(passing)} to w "
-                 f"({themes.term(t, 'parameter')})."]
+        lines = [_("{passes} backward pass(es); each sends {passing} to w ({parameter}).",
+                   passes=passes, passing=_vec(passing), parameter=themes.term(t, "parameter"))]
         if not s["hook"]:
-            lines.append(f"no {probe_word}: w.grad = {_vec(w.grad)} = {passes} x "
-                         f"{_vec(passing)}.")
+            lines.append(_("no {probe}: w.grad = {grad} = {passes} x {passing}.",
+                           probe=probe_word, grad=_vec(w.grad), passes=passes,
+                           passing=_vec(passing)))
         else:
-            what = {"look": "only looked", "scale": "replaced what passed by g * 0.1",
-                    "clip": "replaced what passed by g.clamp(-1, 1)"}[s["action"]]
-            lines.append(f"the {probe_word} ran {len(seen)} time(s) and {what}"
-                         + (": removed after the first pass, it saw nothing of the others."
-                            if s["remove"] and passes > 1 else "."))
-            name = "gradient" if t == "technical" else grad.split(" (")[0]
-            lines.append(f"w.grad = {_vec(w.grad)}: the {name} that reached .grad in each "
-                         "pass, added up.")
+            said = {"probe": probe_word, "calls": len(seen)}
+            if s["remove"] and passes > 1:
+                lines.append({
+                    "look": _("the {probe} ran {calls} time(s) and only looked: removed after "
+                              "the first pass, it saw nothing of the others.", **said),
+                    "scale": _("the {probe} ran {calls} time(s) and replaced what passed by "
+                               "g * 0.1: removed after the first pass, it saw nothing of the "
+                               "others.", **said),
+                    "clip": _("the {probe} ran {calls} time(s) and replaced what passed by "
+                              "g.clamp(-1, 1): removed after the first pass, it saw nothing of "
+                              "the others.", **said)}[s["action"]])
+            else:
+                lines.append({
+                    "look": _("the {probe} ran {calls} time(s) and only looked.", **said),
+                    "scale": _("the {probe} ran {calls} time(s) and replaced what passed by "
+                               "g * 0.1.", **said),
+                    "clip": _("the {probe} ran {calls} time(s) and replaced what passed by "
+                              "g.clamp(-1, 1).", **said)}[s["action"]])
+            if t == "technical":
+                lines.append(_("w.grad = {grad}: the gradient that reached .grad in each pass, "
+                               "added up.", grad=_vec(w.grad)))
+            else:
+                name = re.split(r" \(|（", grad)[0]   # the analogy's word, without "(gradient)"
+                lines.append(_("w.grad = {grad}: the {name} that reached .grad in each pass, "
+                               "added up.", grad=_vec(w.grad), name=name))
         self.lines = lines
         self.code = code
 
     def _control_widgets(self) -> list:
-        return [[self._checkbox("hook", "install the hook: w.register_hook(...)")],
-                [self._checkbox("remove", "take it off: handle.remove() after the first pass")],
-                [self._buttons("action", "the hook:",
-                               [("only looks", "look"), ("scales by 0.1", "scale"),
-                                ("clips to [-1, 1]", "clip")])],
-                [self._slider("passes", "backward passes", 1, 3)]]
+        return [[self._checkbox("hook", _("install the hook: w.register_hook(...)"))],
+                [self._checkbox("remove",
+                                _("take it off: handle.remove() after the first pass"))],
+                [self._buttons("action", _("the hook:"),
+                               [(_("only looks"), "look"), (_("scales by 0.1"), "scale"),
+                                (_("clips to [-1, 1]"), "clip")])],
+                [self._slider("passes", _("backward passes"), 1, 3)]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -628,7 +708,7 @@ class NoGradExplorer(_Explorer):
     """
 
     CSS = "nograd-explorer"
-    TITLE = "a training step, with no_grad() around some lines"
+    TITLE = N_("a training step, with no_grad() around some lines")
     DEFAULTS = {"use": True, "cover": (4, 5)}
     CHOICES = {"use": (False, True),
                "cover": tuple((a, b) for a in range(1, 6) for b in range(a, 6))}
@@ -672,17 +752,19 @@ class NoGradExplorer(_Explorer):
         for name in ("h", "loss"):
             if name in recorded:
                 fn = recorded[name]
-                lines.append(f"{name}: " + (f"recorded (grad_fn {fn})" if fn else
-                                            f"{word(t, 'off')}, grad_fn None"))
+                lines.append(_("{name}: recorded (grad_fn {fn})", name=name, fn=fn) if fn else
+                             _("{name}: {off}, grad_fn None", name=name, off=word(t, "off")))
         grad = themes.term(t, "gradient")
         for n in ("w1", "w2"):
-            g = tensors[n].grad
-            lines.append(f"{n} ({themes.term(t, 'parameter')}): {grad} {_vec(g)}, "
-                         + ("updated" if updated[n] else "not updated"))
+            said = {"name": n, "parameter": themes.term(t, "parameter"), "grad": grad,
+                    "value": _vec(tensors[n].grad)}
+            lines.append(_("{name} ({parameter}): {grad} {value}, updated", **said)
+                         if updated[n] else
+                         _("{name} ({parameter}): {grad} {value}, not updated", **said))
         if error:
-            lines.append(f"line {error[0]} raised {error[1]}")
+            lines.append(_("line {line} raised {error}", line=error[0], error=error[1]))
         else:
-            lines.append("the step ran to the end.")
+            lines.append(_("the step ran to the end."))
         self.numbers = {"recorded": recorded, "error": error, "updated": updated,
                         "w1.grad": tensors["w1"].grad, "w2.grad": tensors["w2"].grad,
                         "w1": tensors["w1"].detach().clone(),
@@ -702,18 +784,19 @@ class NoGradExplorer(_Explorer):
 
     def picture_title(self) -> str:
         first, last = self.state["cover"]
-        where = f"no_grad() around lines {first}-{last}" if self.state["use"] else \
-            "no no_grad()"
-        return f"the graph of loss, {where}"
+        if self.state["use"]:
+            return _("the graph of loss, no_grad() around lines {first}-{last}", first=first,
+                     last=last)
+        return _("the graph of loss, no no_grad()")
 
     def _control_widgets(self) -> list:
         import ipywidgets as w
 
         cover = self._bind("cover", w.IntRangeSlider(
             value=tuple(self.state["cover"]), min=1, max=len(STEP_LINES), step=1,
-            description="no_grad() covers lines", continuous_update=False,
+            description=_("no_grad() covers lines"), continuous_update=False,
             style={"description_width": "initial"}, layout=w.Layout(width="420px")))
-        return [[self._checkbox("use", "wrap some lines in with torch.no_grad():")], [cover]]
+        return [[self._checkbox("use", _("wrap some lines in with torch.no_grad():"))], [cover]]
 
     def _sync_controls(self) -> None:
         self.state["cover"] = tuple(self.state["cover"])
@@ -734,10 +817,12 @@ class InplaceExplorer(_Explorer):
     """
 
     CSS = "inplace-explorer"
-    TITLE = "y = h * w saves h; then h is edited"
+    TITLE = N_("y = h * w saves h; then h is edited")
     DEFAULTS = {"edit": "after", "inplace": True}
     CHOICES = {"edit": ("none", "before", "after"), "inplace": (False, True)}
     SIZE_STATES = ({"edit": "before", "inplace": False},)  # h = h + 1 drawn as a step
+    TITLES = {"none": N_("y = h * w, h not edited"), "before": N_("h edited, then y = h * w"),
+              "after": N_("y = h * w, then h edited")}
 
     def compute(self) -> None:
         import torch
@@ -782,40 +867,74 @@ class InplaceExplorer(_Explorer):
         self.numbers = {"saved version": saved_version, "version now": used._version,
                         "error": error, "x.grad": x.grad, "w.grad": w.grad,
                         "h used": used.detach().clone()}
-        lines = [f"y = h * w: mul saved h for backward ({word(t, 'saved')}) when h's "
-                 f"{word(t, 'version')} was {saved_version}; at backward() it is "
-                 f"{used._version}."]
+        lines = [_("y = h * w: mul saved h for backward ({saved}) when h's {version} was "
+                   "{saved_version}; at backward() it is {now}.", saved=word(t, "saved"),
+                   version=word(t, "version"), saved_version=saved_version,
+                   now=used._version)]
         if error:
-            lines.append(f"backward() raised {error}")
-            lines.append("the edit came after mul saved h: make a new tensor instead "
-                         "(untick the box: h = h + 1), or edit before y = h * w.")
+            lines.append(_("backward() raised {error}", error=error))
+            lines.append(_("the edit came after mul saved h: make a new tensor instead "
+                           "(untick the box: h = h + 1), or edit before y = h * w."))
         else:
-            lines.append(f"backward() ran: x.grad = {_vec(x.grad)} (= 2 * w), "
-                         f"w.grad = {_vec(w.grad)} (= the h that y used).")
+            lines.append(_("backward() ran: x.grad = {x_grad} (= 2 * w), w.grad = {w_grad} "
+                           "(= the h that y used).", x_grad=_vec(x.grad), w_grad=_vec(w.grad)))
         self.lines, self.code = lines, code
 
     def picture_title(self) -> str:
-        return {"none": "y = h * w, h not edited", "before": "h edited, then y = h * w",
-                "after": "y = h * w, then h edited"}[self.state["edit"]]
+        return _(self.TITLES[self.state["edit"]])
 
     def _control_widgets(self) -> list:
-        return [[self._buttons("edit", "the edit of h:",
-                               [("nowhere", "none"), ("before y = h * w", "before"),
-                                ("after y = h * w", "after")])],
-                [self._checkbox("inplace", "in place: h.add_(1) (untick: h = h + 1)")]]
+        return [[self._buttons("edit", _("the edit of h:"),
+                               [(_("nowhere"), "none"), (_("before y = h * w"), "before"),
+                                (_("after y = h * w"), "after")])],
+                [self._checkbox("inplace", _("in place: h.add_(1) (untick: h = h + 1)"))]]
 
 
 # ---------------------------------------------------------------------------------------
 # 07: the doctor on a model whose bug you switch on and off
 # ---------------------------------------------------------------------------------------
 
-BUGS = {
-    "none": "no bug",
-    "detach": "detach() after layer 1",
-    "no_grad": "no_grad() around layer 1",
-    "dead_relu": "dead ReLU in layer 1 (bias -10)",
-    "sigmoid": "sigmoid instead of ReLU",
+BUGS = {  # shown through _()
+    "none": N_("no bug"),
+    "detach": N_("detach() after layer 1"),
+    "no_grad": N_("no_grad() around layer 1"),
+    "dead_relu": N_("dead ReLU in layer 1 (bias -10)"),
+    "sigmoid": N_("sigmoid instead of ReLU"),
 }
+# The doctor's statuses (course.doctor.STATUSES) as the chart's legend names them in the zh-CN
+# edition: the status itself (what the doctor's report and the lesson write) after its meaning.
+STATUS_NAMES_ZH = {
+    "ok": "健康（ok）", "frozen": "已冻结（frozen）", "unreachable": "不可达（unreachable）",
+    "unused": "未使用（unused）", "detached": "被detach()切断（detached）",
+    "no_grad": "在no_grad()中计算（no_grad）", "cut": "没有路线（cut）",
+    "none": "梯度为None（none）", "nonfinite": "非有限值（nonfinite）",
+    "zero": "梯度为零（zero）", "vanishing": "梯度消失（vanishing）",
+    "exploding": "梯度爆炸（exploding）", "stale_grad": "过期的.grad（stale_grad）",
+    "frozen_in_optimizer": "已冻结却在优化器中（frozen_in_optimizer）",
+    "not_in_optimizer": "不在优化器中（not_in_optimizer）",
+    "no_history": "没有历史（no_history）", "inplace": "原地操作（inplace）",
+}
+
+
+def status_name(status: str) -> str:
+    """A doctor's status as the chart's legend shows it: the status, or its zh-CN name."""
+    return STATUS_NAMES_ZH.get(status, status) if is_chinese() else status
+
+
+def _said(detail: str, analogy: bool) -> str:
+    """The first sentence of a doctor's explanation, and with ``analogy`` its last one (the
+    analogy's): sentences end with ". " in English, with "。" in Chinese."""
+    if "。" in detail:
+        parts = [p for p in re.split(r"(?<=。)", detail) if p.strip()]
+        said = parts[0].strip()
+        if analogy and len(parts) > 1:
+            said += parts[-1].strip()
+        return said
+    parts = detail.split(". ")
+    said = parts[0].rstrip(".") + "."
+    if analogy and len(parts) > 1:
+        said += " " + parts[-1].rstrip(".") + "."
+    return said
 _STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "exploding": "#e03131"}
 
 
@@ -868,7 +987,7 @@ class DoctorExplorer(_Explorer):
     """
 
     CSS = "doctor-explorer"
-    TITLE = "The gradient-flow doctor on a network with one bug"
+    TITLE = N_("The gradient-flow doctor on a network with one bug")
     DEFAULTS = {"bug": "detach", "layers": 6}
     CHOICES = {"bug": tuple(BUGS), "layers": tuple(range(2, 21))}
     VANISHING = 1e-4
@@ -894,40 +1013,43 @@ class DoctorExplorer(_Explorer):
                      *patient_source(bug).splitlines(),
                      f"report = diagnose(model, step=loss_fn, vanishing=1e-4, "
                      f"theme={self.theme!r})"]
-        lines = [f"{BUGS[bug]}, {layers} layers: the doctor found "
-                 f"{len(report.findings)} finding(s)."]
+        lines = [_("{bug}, {layers} layers: the doctor found {count} finding(s).",
+                   bug=_(BUGS[bug]), layers=layers, count=len(report.findings))]
         groups: dict[str, list] = {}  # status -> findings, in the doctor's order
         for f in report.findings:
             groups.setdefault(f.status, []).append(f)
         for status, found in list(groups.items())[:3]:
             names = sorted({(f.param or "").rpartition(".")[0] for f in found},
                            key=lambda n: int(n) if n.isdigit() else -1)
-            where = ", ".join(f"{int(n) + 1}" for n in names if n.isdigit())
-            where = f"layer{'s' if ',' in where else ''} {where}" if where else "the graph"
-            parts = found[0].detail.split(". ")
-            said = parts[0].rstrip(".") + "."
-            if self.theme != "technical" and len(parts) > 1:
-                said += " " + parts[-1].rstrip(".") + "."
-            lines.append(f"[{status}] {where}: {said}")
+            numbers = [f"{int(n) + 1}" for n in names if n.isdigit()]
+            if len(numbers) > 1:
+                where = _("layers {numbers}", numbers=_join(numbers))
+            elif numbers:
+                where = _("layer {number}", number=numbers[0])
+            else:
+                where = _("the graph")
+            said = _said(found[0].detail, self.theme != "technical")
+            lines.append(_("[{status}] {where}: {said}", status=status, where=where, said=said))
         if report.ok:
-            lines.append("every layer gets a healthy gradient.")
+            lines.append(_("every layer gets a healthy gradient."))
         self.lines = lines
-        bars = [(n, _STATUS_COLOURS.get(s, "#868e96"), s) for n, s in zip(norms, statuses,
-                                                                           strict=True)]
+        bars = [(n, _STATUS_COLOURS.get(s, "#868e96"), status_name(s))
+                for n, s in zip(norms, statuses, strict=True)]
         self.chart_args = dict(
             xlabels=[str(i) for i in range(1, layers + 1)], series=[], bars=bars,
-            title=f"Gradient norm per layer: {BUGS[bug]}", xlabel="layer (1 = nearest the input)",
-            ylabel="gradient norm", threshold=("vanishing", self.VANISHING))
+            title=_("Gradient norm per layer: {bug}", bug=_(BUGS[bug])),
+            xlabel=_("layer (1 = nearest the input)"), ylabel=_("gradient norm"),
+            threshold=("梯度消失" if is_chinese() else "vanishing", self.VANISHING))
         self.svg = svg_chart(**self.chart_args)
 
     def _control_widgets(self) -> list:
         import ipywidgets as w
 
-        bug = self._bind("bug", w.Dropdown(options=[(v, k) for k, v in BUGS.items()],
-                                           value=self.state["bug"], description="the bug:",
+        bug = self._bind("bug", w.Dropdown(options=[(_(v), k) for k, v in BUGS.items()],
+                                           value=self.state["bug"], description=_("the bug:"),
                                            style={"description_width": "initial"},
                                            layout=w.Layout(width="auto")))
-        return [[bug, self._slider("layers", "layers", 2, 20)]]
+        return [[bug, self._slider("layers", _("layers"), 2, 20)]]
 
 
 EXPLORERS = {"02_retain_grad": RetainExplorer, "03_detach": SkipPathExplorer,

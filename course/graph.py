@@ -164,7 +164,9 @@ def build_graph(*outputs, namespace: Mapping | None = None) -> nx.DiGraph:
         outputs = tuple(outputs[0])
     for t in outputs:
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"build_graph expects tensors, got {type(t).__name__}")
+            from course.i18n import _
+
+            raise TypeError(_("build_graph expects tensors, got {type}", type=type(t).__name__))
     names = tensor_names(namespace)
     namer = _Namer(name for name, _ in names.values())
     g = nx.DiGraph(outputs=[])

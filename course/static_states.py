@@ -20,6 +20,8 @@ import base64
 import html
 import os
 
+from course.i18n import N_, _
+
 __all__ = ["enable", "states_html", "explorer_states", "STATE_ENV", "EXPLORER_STATES"]
 
 # Set in the site's kernels: ``course.widgets.static_mode()`` is then true, so explorers
@@ -29,39 +31,40 @@ STATE_ENV = "COURSE_STATIC"
 
 # The states a lesson explorer shows on the site, after its own: the choices of its main
 # controls, one change at a time from its defaults (the whole product of every control is
-# hundreds of states; these are the ones its lesson talks about).
+# hundreds of states; these are the ones its lesson talks about). The labels are shown
+# through _() (``identity.detach()`` is code, the same in every language).
 EXPLORER_STATES: dict[str, list[tuple[str, dict]]] = {
-    "RetainExplorer": [("monitor before backward()", {"monitor": "before"}),
-                       ("monitor after backward()", {"monitor": "after"}),
-                       ("no monitor", {"monitor": "none"}),
-                       ("before, 2 backward() calls", {"monitor": "before", "audits": 2}),
-                       ("before, 3 backward() calls", {"monitor": "before", "audits": 3}),
-                       ("before, no backward() yet", {"monitor": "before", "audits": 0})],
-    "SkipPathExplorer": [("skip path kept", {"detach": False}),
+    "RetainExplorer": [(N_("monitor before backward()"), {"monitor": "before"}),
+                       (N_("monitor after backward()"), {"monitor": "after"}),
+                       (N_("no monitor"), {"monitor": "none"}),
+                       (N_("before, 2 backward() calls"), {"monitor": "before", "audits": 2}),
+                       (N_("before, 3 backward() calls"), {"monitor": "before", "audits": 3}),
+                       (N_("before, no backward() yet"), {"monitor": "before", "audits": 0})],
+    "SkipPathExplorer": [(N_("skip path kept"), {"detach": False}),
                          ("identity.detach()", {"detach": True}),
-                         ("kept, 20 blocks", {"blocks": 20}),
-                         ("detached, 20 blocks", {"detach": True, "blocks": 20})],
-    "HookExplorer": [("hook clips", {"action": "clip"}),
-                     ("hook only looks", {"action": "look"}),
-                     ("hook scales by 0.1", {"action": "scale"}),
-                     ("no hook", {"hook": False}),
-                     ("clips, removed after pass 1", {"action": "clip", "remove": True}),
-                     ("scales, 3 passes", {"action": "scale", "passes": 3})],
-    "NoGradExplorer": [("no_grad() around lines 4-5", {"cover": (4, 5)}),
-                       ("no no_grad()", {"use": False}),
-                       ("around lines 1-2", {"cover": (1, 2)}),
-                       ("around line 3 (backward)", {"cover": (3, 3)}),
-                       ("around lines 1-5", {"cover": (1, 5)})],
-    "InplaceExplorer": [("h.add_(1) after y = h * w", {"edit": "after"}),
-                        ("h.add_(1) before y = h * w", {"edit": "before"}),
-                        ("no edit", {"edit": "none"}),
-                        ("h = h + 1 after y = h * w", {"edit": "after", "inplace": False})],
-    "DoctorExplorer": [("detach() after layer 1", {"bug": "detach"}),
-                       ("no bug", {"bug": "none"}),
-                       ("no_grad() around layer 1", {"bug": "no_grad"}),
-                       ("dead ReLU", {"bug": "dead_relu"}),
-                       ("sigmoid, 6 layers", {"bug": "sigmoid"}),
-                       ("sigmoid, 12 layers", {"bug": "sigmoid", "layers": 12})],
+                         (N_("kept, 20 blocks"), {"blocks": 20}),
+                         (N_("detached, 20 blocks"), {"detach": True, "blocks": 20})],
+    "HookExplorer": [(N_("hook clips"), {"action": "clip"}),
+                     (N_("hook only looks"), {"action": "look"}),
+                     (N_("hook scales by 0.1"), {"action": "scale"}),
+                     (N_("no hook"), {"hook": False}),
+                     (N_("clips, removed after pass 1"), {"action": "clip", "remove": True}),
+                     (N_("scales, 3 passes"), {"action": "scale", "passes": 3})],
+    "NoGradExplorer": [(N_("no_grad() around lines 4-5"), {"cover": (4, 5)}),
+                       (N_("no no_grad()"), {"use": False}),
+                       (N_("around lines 1-2"), {"cover": (1, 2)}),
+                       (N_("around line 3 (backward)"), {"cover": (3, 3)}),
+                       (N_("around lines 1-5"), {"cover": (1, 5)})],
+    "InplaceExplorer": [(N_("h.add_(1) after y = h * w"), {"edit": "after"}),
+                        (N_("h.add_(1) before y = h * w"), {"edit": "before"}),
+                        (N_("no edit"), {"edit": "none"}),
+                        (N_("h = h + 1 after y = h * w"), {"edit": "after", "inplace": False})],
+    "DoctorExplorer": [(N_("detach() after layer 1"), {"bug": "detach"}),
+                       (N_("no bug"), {"bug": "none"}),
+                       (N_("no_grad() around layer 1"), {"bug": "no_grad"}),
+                       (N_("dead ReLU"), {"bug": "dead_relu"}),
+                       (N_("sigmoid, 6 layers"), {"bug": "sigmoid"}),
+                       (N_("sigmoid, 12 layers"), {"bug": "sigmoid", "layers": 12})],
 }
 
 
@@ -104,7 +107,7 @@ def explorer_states(obj) -> tuple[str, list[tuple[str, str]]]:
         return "choices", _graph_states(obj)
     if isinstance(obj, _Explorer):
         return "choices", _explorer_states(obj)
-    return "choices", [("as in the lesson", _img(obj.static_png()) + obj._static_html())]
+    return "choices", [(_("as in the lesson"), _img(obj.static_png()) + obj._static_html())]
 
 
 def states_html(obj) -> str:
@@ -113,10 +116,14 @@ def states_html(obj) -> str:
     mode, states = explorer_states(obj)
     kind = type(obj).__name__
     if mode == "steps":
-        bar = ('<button type="button" class="site-prev" aria-label="previous step">'
-               '&#9664; back</button><span class="site-label" aria-live="polite">'
+        # the stepper's own buttons' words (its arrows as character references)
+        back = html.escape(_("◀ back")).replace("◀", "&#9664;")
+        forward = html.escape(_("next ▶")).replace("▶", "&#9654;")
+        previous_step, next_step = html.escape(_("previous step")), html.escape(_("next step"))
+        bar = (f'<button type="button" class="site-prev" aria-label="{previous_step}">{back}'
+               f'</button><span class="site-label" aria-live="polite">'
                f'{html.escape(states[0][0])}</span><button type="button" class="site-next" '
-               'aria-label="next step">next &#9654;</button>')
+               f'aria-label="{next_step}">{forward}</button>')
     else:
         bar = "".join(
             f'<button type="button" class="site-pick" data-k="{k}" '
@@ -125,17 +132,19 @@ def states_html(obj) -> str:
     panels = "".join(
         f'<div class="site-state" data-k="{k}" data-label="{html.escape(label)}"'
         f'{" hidden" if k else ""}>{body}</div>' for k, (label, body) in enumerate(states))
-    note = ("Precomputed with torch when this page was built: "
-            + ("step through backward() as torch ran it." if mode == "steps" else
-               "pick a state. In JupyterLab every control is live."))
+    note = (_("Precomputed with torch when this page was built: step through backward() as "
+              "torch ran it.") if mode == "steps" else
+            _("Precomputed with torch when this page was built: pick a state. In JupyterLab "
+              "every control is live."))
     return (f'<div class="site-states site-{mode}" data-explorer="{kind}" '
             f'data-count="{len(states)}"><div class="site-bar" role="group">{bar}</div>'
             f'<p class="site-note">{note}</p>{panels}</div>')
 
 
-def _img(png: bytes, alt: str = "the explorer's picture") -> str:
+def _img(png: bytes, alt: str | None = None) -> str:
     from course.draw import display_width
 
+    alt = _("the explorer's picture") if alt is None else alt
     data = base64.b64encode(png).decode()
     return (f'<img class="site-picture" alt="{html.escape(alt)}" width="{display_width(png)}" '
             f'src="data:image/png;base64,{data}"/>')
@@ -149,12 +158,14 @@ def _pre(text: str) -> str:
 
 def _stepper_states(st) -> list[tuple[str, str]]:
     start = st.position
-    states = [(f"the whole backward order ({len(st.events)} steps)",
-               _img(st.static_png(), "every step of backward, numbered") + st._static_html())]
+    states = [(_("the whole backward order ({n} steps)", n=len(st.events)),
+               _img(st.static_png(), _("every step of backward, numbered"))
+               + st._static_html())]
     try:
         for k in range(len(st.events) + 1):
             st.goto(k)
-            label = f"step {k}/{len(st.events)}" if k else "before backward()"
+            label = (_("step {k}/{n}", k=k, n=len(st.events)) if k else
+                     _("before backward()"))
             states.append((label, _img(st.png, label) + _pre(st.describe())))
     finally:
         st.goto(start)
@@ -181,9 +192,10 @@ def _graph_states(ex) -> list[tuple[str, str]]:
     if mid:
         changes += [(f"{mid}.retain_grad(), backward()", {"retain": mid, "backward": True}),
                     (f"{mid}.detach(), backward()", {"detach": mid, "backward": True}),
-                    (f"hook on {mid}, backward()", {"hook": mid, "backward": True})]
+                    (_("hook on {name}, backward()", name=mid),
+                     {"hook": mid, "backward": True})]
     if last:
-        changes.append((f"no_grad() around {last}, backward()",
+        changes.append((_("no_grad() around {name}, backward()", name=last),
                         {"no_grad": last, "backward": True}))
     twin = GraphExplorer(s, theme=ex.theme, dpi=ex.dpi)
     own = Controls(**{**ex.state.__dict__, "requires_grad": dict(start)})
@@ -194,9 +206,9 @@ def _graph_states(ex) -> list[tuple[str, str]]:
         return {**base, **change, "requires_grad": {**start, **change.get("requires_grad", {})}}
 
     shown = {k: (NONE if v is None else v) for k, v in own.__dict__.items()}
-    wanted = [("as in the lesson", shown)]
+    wanted = [(_("as in the lesson"), shown)]
     wanted += [(label, full(c)) for label, c in changes]
-    for _, state in wanted:  # first pass: the picture's one size grows to fit every state
+    for _label, state in wanted:  # first pass: the picture's one size grows to fit every state
         twin.set(**state)
     out = []
     for label, state in wanted:
@@ -211,14 +223,14 @@ def _explorer_states(ex) -> list[tuple[str, str]]:
     """The explorer as shown (labelled by its curated name when it is one of them), then
     the curated states of :data:`EXPLORER_STATES`."""
     cls = type(ex)
-    curated = [(label, {**cls.DEFAULTS, **change})
+    curated = [(_(label), {**cls.DEFAULTS, **change})
                for label, change in EXPLORER_STATES.get(cls.__name__, [])]
-    own = next((label for label, state in curated if state == ex.state), "as in the lesson")
+    own = next((label for label, state in curated if state == ex.state), _("as in the lesson"))
     wanted = [(own, dict(ex.state))] + [(label, state) for label, state in curated
                                         if state != ex.state]
     twin = cls(theme=ex.theme, dpi=ex.dpi, **ex.state)
     if twin.graph is not None:  # a graph: one size over every state, as the widget keeps it
-        for _, state in wanted:
+        for _label, state in wanted:
             twin.set(**state)
     out = []
     for label, state in wanted:

@@ -30,6 +30,8 @@ Simplified Chinese edition (zh-CN): the analogies in the source articles' own Ch
 :data:`GLOSSARY_ZH` must match :data:`GLOSSARY`, and every theme, key and placeholder
 (``{name}``, ``{output}``, ``{grad}``) of :data:`MESSAGES_ZH` must match :data:`MESSAGES`;
 ``translations/zh_CN/README.md`` (the translators' guide) takes its term table from them.
+:func:`term`, :func:`short_role` and :func:`message` read the table of the current language
+(``course.i18n.language()``) each time they are called.
 """
 
 from __future__ import annotations
@@ -307,6 +309,22 @@ MESSAGES_ZH: dict[str, dict[str, str]] = {
     },
 }
 
+SHORT_ROLE_ZH: dict[str, dict[str, str]] = {
+    theme: {kind: GLOSSARY_ZH[theme][kind] for kind in ("parameter", "constant", "intermediate")}
+    for theme in THEMES
+}
+
+# How a theme is named where a learner picks one (the explorers' theme menu): the value stays
+# the theme's id (``"kitchen"``, what the lessons tell you to pick), the label is in the words of
+# the current language; the zh-CN labels name the source articles' analogies.
+THEME_NAMES: dict[str, str] = {theme: theme for theme in THEMES}
+THEME_NAMES_ZH: dict[str, str] = {
+    "technical": "技术术语（technical）",
+    "logistics": "快递分拣（logistics）",
+    "kitchen": "厨房料理（kitchen）",
+}
+
+
 # Colours per theme; shapes and line styles are shared, so a kind looks alike in every theme.
 _PALETTES = {
     "technical": {"parameter": "#b7e4c7", "constant": "#e9ecef", "intermediate": "#cfe2ff",
@@ -338,18 +356,51 @@ MARK_STYLE = {
 def check_theme(theme: str) -> str:
     """Return ``theme`` if it is one of :data:`THEMES`, else raise a readable ``ValueError``."""
     if theme not in THEMES:
-        raise ValueError(f"theme must be one of {list(THEMES)}, not {theme!r}")
+        from course.i18n import _
+
+        raise ValueError(_("theme must be one of {themes}, not {theme}", themes=list(THEMES),
+                           theme=repr(theme)))
     return theme
 
 
+def _chinese() -> bool:
+    from course.i18n import is_chinese
+
+    return is_chinese()
+
+
+def glossary() -> dict[str, dict[str, str]]:
+    """:data:`GLOSSARY`, or :data:`GLOSSARY_ZH` while the course speaks Chinese (read at call
+    time: ``course.set_language("zh-CN")`` switches every word the drawings and widgets use)."""
+    return GLOSSARY_ZH if _chinese() else GLOSSARY
+
+
 def term(theme: str, key: str) -> str:
-    """The word for ``key`` (a kind, a mark, ``'backward'`` or ``'output'``) in ``theme``."""
-    return GLOSSARY[check_theme(theme)][key]
+    """The word for ``key`` (a kind, a mark, ``'backward'`` or ``'output'``) in ``theme``, in
+    the current language."""
+    return glossary()[check_theme(theme)][key]
+
+
+def short_role(theme: str, kind: str) -> str:
+    """The role word printed under a tensor's name in a drawn node, in the current language."""
+    return (SHORT_ROLE_ZH if _chinese() else SHORT_ROLE)[check_theme(theme)][kind]
+
+
+def theme_name(theme: str) -> str:
+    """What a theme menu shows for ``theme`` in the current language (its value stays ``theme``)."""
+    return (THEME_NAMES_ZH if _chinese() else THEME_NAMES)[check_theme(theme)]
+
+
+def theme_options() -> list[tuple[str, str]]:
+    """``(label, theme)`` for a theme menu (ipywidgets ``options``), in :data:`THEMES`' order."""
+    return [(theme_name(t), t) for t in THEMES]
 
 
 def message(theme: str, key: str, **names) -> str:
-    """An explorer message of :data:`MESSAGES` in ``theme``, with ``names`` filled in."""
-    return MESSAGES[check_theme(theme)][key].format(**names)
+    """An explorer message of :data:`MESSAGES` (:data:`MESSAGES_ZH` in Chinese) in ``theme``,
+    with ``names`` filled in."""
+    table = MESSAGES_ZH if _chinese() else MESSAGES
+    return table[check_theme(theme)][key].format(**names)
 
 
 def node_style(kind: str, theme: str = "technical") -> dict:

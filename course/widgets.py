@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 
 from course import themes
+from course.i18n import _, is_chinese
 
 __all__ = ["Step", "Scenario", "Controls", "Run", "SCENARIOS", "run_scenario",
            "GraphExplorer", "BackwardStepper", "static_mode", "picture_size", "picture_sizes",
@@ -278,7 +279,8 @@ def _sizes_of(graphs: list, title: str, theme_names) -> dict:
 
 
 def explain(message: str, theme: str, output: str) -> str:
-    """A torch error message of a run, said first in the theme's words (torch's text kept)."""
+    """A torch error message of a run, said first in the theme's words (torch's text kept:
+    the checks below read torch's own words and the code that raised, in any language)."""
     name = message.split(".", 1)[0]
     if "backward()" in message and "does not require grad" in message:
         key = "no_backward"
@@ -288,7 +290,8 @@ def explain(message: str, theme: str, output: str) -> str:
         key = "no_retain"
     else:
         return message
-    return f"{themes.message(theme, key, name=name, output=output)} (torch: {message})"
+    return _("{explanation} (torch: {message})",
+             explanation=themes.message(theme, key, name=name, output=output), message=message)
 
 
 def _step_functions(graph, node: str) -> set:
@@ -310,7 +313,8 @@ def _attempt(messages: list, what: str, action, *args) -> None:
     try:
         action(*args)
     except RuntimeError as exc:
-        messages.append(f"{what} raised RuntimeError: {str(exc).splitlines()[0]}")
+        messages.append(_("{what} raised RuntimeError: {error}", what=what,
+                          error=str(exc).splitlines()[0]))
 
 
 def _png_image(png: bytes):
@@ -447,7 +451,8 @@ class GraphExplorer(_Twin):
         tensors_ = [n for n in s.step_names() if n not in s.step_names("module")]
 
         def dropdown(key, label, options):
-            d = w.Dropdown(options=[NONE, *options], value=NONE, description=label,
+            d = w.Dropdown(options=[(_("(none)"), NONE), *((o, o) for o in options)],
+                           value=NONE, description=label,
                            style={"description_width": "initial"}, layout=w.Layout(width="auto"))
             d.add_class(f"ge-{key.replace('_', '-')}")
             d.observe(lambda ch: self.set(**{key: ch["new"]}), "value")
@@ -457,15 +462,16 @@ class GraphExplorer(_Twin):
                               layout=w.Layout(width="auto", margin="0 1.2em 0 0"))
         backward.add_class("ge-backward")
         backward.observe(lambda ch: self.set(backward=ch["new"]), "value")
-        theme = w.Dropdown(options=list(themes.THEMES), value=self.theme, description="theme")
+        theme = w.Dropdown(options=themes.theme_options(), value=self.theme,
+                           description=_("theme"))
         theme.add_class("ge-theme")
         theme.observe(lambda ch: self.set(theme=ch["new"]), "value")
         self.controls = {
             "requires_grad": toggles,
-            "detach": dropdown("detach", "detach() at", tensors_),
-            "retain": dropdown("retain", "retain_grad() on", computed),
-            "no_grad": dropdown("no_grad", "no_grad() around", computed),
-            "hook": dropdown("hook", "hook on", tensors_),
+            "detach": dropdown("detach", _("detach() at"), tensors_),
+            "retain": dropdown("retain", _("retain_grad() on"), computed),
+            "no_grad": dropdown("no_grad", _("no_grad() around"), computed),
+            "hook": dropdown("hook", _("hook on"), tensors_),
             "backward": backward,
             "theme": theme,
         }
@@ -562,6 +568,17 @@ def _clone(x):
     return None if x is None else x.detach().clone()
 
 
+def _join(items: list[str]) -> str:
+    """A list of clauses (each one message) as one text: ``", "``, or ``"，"`` in Chinese."""
+    return ("，" if is_chinese() else ", ").join(items)
+
+
+def _sentences(*sentences: str) -> str:
+    """Whole sentences (each one message, with its full stop) one after another: separated by
+    a space, none in Chinese."""
+    return ("" if is_chinese() else " ").join(sentences)
+
+
 class BackwardStepper(_Twin):
     """Step through ``backward()`` one backward function at a time, in torch's own order.
 
@@ -614,28 +631,49 @@ class BackwardStepper(_Twin):
 
         k = self.position if position is None else position
         term = functools.partial(themes.term, self.theme)
+        out, n = self.scenario.output, len(self.events)
         if k == 0:
-            how = "" if self.theme == "technical" else f" ({term('backward')})"
-            return (f"Before backward{how}: {self.scenario.output}.backward() starts with "
-                    f"gradient 1 at {self.scenario.output}. {len(self.events)} steps, order "
-                    "recorded from torch.")
+            if self.theme == "technical":
+                return _("Before backward: {output}.backward() starts with gradient 1 at "
+                         "{output}. {n} steps, order recorded from torch.", output=out, n=n)
+            return _("Before backward ({backward}): {output}.backward() starts with gradient 1 "
+                     "at {output}. {n} steps, order recorded from torch.",
+                     backward=term("backward"), output=out, n=n)
         e = self.events[k - 1]
         arriving = ", ".join(format_grad(g) for g in e.arriving if g is not None) or "-"
-        what = f" (gradient of {e.tensor})" if e.tensor else ""
-        text = f"Step {k}/{len(self.events)}: {e.node} ({e.torch_class}) receives {arriving}{what}"
-        if e.sent:
-            text += "; sends " + ", ".join(f"{format_grad(g)} to {p}" for p, g in e.sent)
+        sent = _join([_("{grad} to {node}", grad=format_grad(g), node=p) for p, g in e.sent])
+        step = {"k": k, "n": n, "node": e.node, "torch_class": e.torch_class,
+                "arriving": arriving, "tensor": e.tensor, "sent": sent}
+        if e.tensor and e.sent:
+            text = _("Step {k}/{n}: {node} ({torch_class}) receives {arriving} (gradient of "
+                     "{tensor}); sends {sent}.", **step)
+        elif e.tensor:
+            text = _("Step {k}/{n}: {node} ({torch_class}) receives {arriving} (gradient of "
+                     "{tensor}).", **step)
+        elif e.sent:
+            text = _("Step {k}/{n}: {node} ({torch_class}) receives {arriving}; sends {sent}.",
+                     **step)
+        else:
+            text = _("Step {k}/{n}: {node} ({torch_class}) receives {arriving}.", **step)
         if e.stored_in:
             d = self.graph.nodes[e.stored_in]
-            why = (f"a {term('parameter')}" if d["kind"] == "parameter"
-                   else f"kept by the {term('retained')}")
-            text += f". Stored in {e.stored_in}.grad ({why})"
-        elif e.tensor:
+            if d["kind"] == "parameter":
+                kept = _("Stored in {name}.grad (a {parameter}).", name=e.stored_in,
+                         parameter=term("parameter"))
+            else:
+                kept = _("Stored in {name}.grad (kept by the {retained}).", name=e.stored_in,
+                         retained=term("retained"))
+            return _sentences(text, kept)
+        if e.tensor:
             kind = self.graph.nodes[e.tensor]["kind"] if e.tensor in self.graph else None
-            what = f"a {term(kind)}: " if kind in themes.KINDS else ""
-            text += (f". Not stored: {e.tensor}.grad stays None ({what}computed, passed on, "
-                     "discarded)")
-        return text + "."
+            if kind in themes.KINDS:
+                lost = _("Not stored: {name}.grad stays None (a {kind}: computed, passed on, "
+                         "discarded).", name=e.tensor, kind=term(kind))
+            else:
+                lost = _("Not stored: {name}.grad stays None (computed, passed on, "
+                         "discarded).", name=e.tensor)
+            return _sentences(text, lost)
+        return text
 
     def _graph_at(self, k: int, final: bool = False):
         g = self.graph.copy()
@@ -657,15 +695,16 @@ class BackwardStepper(_Twin):
         from course.draw import draw_graph
 
         g = self._graph_at(len(self.events), final=True)
-        return draw_graph(g, theme=self.theme, ax=ax,
-                          title=f"backward order of {self.scenario.title}")
+        return draw_graph(g, theme=self.theme, ax=ax, title=self._order_title())
 
     def static_png(self) -> bytes:
         from course.draw import render_png
 
         g = self._graph_at(len(self.events), final=True)
-        return render_png(g, self.theme, title=f"backward order of {self.scenario.title}",
-                          dpi=self.dpi)
+        return render_png(g, self.theme, title=self._order_title(), dpi=self.dpi)
+
+    def _order_title(self) -> str:
+        return _("backward order of {title}", title=self.scenario.title)
 
     def _static_html(self) -> str:
         import html
@@ -684,12 +723,12 @@ class BackwardStepper(_Twin):
         import ipywidgets as w
 
         self.buttons = {}
-        for key, label, step in (("prev", "◀ back", -1), ("next", "next ▶", 1)):
+        for key, label, step in (("prev", _("◀ back"), -1), ("next", _("next ▶"), 1)):
             b = w.Button(description=label)
             b.add_class(f"bs-{key}")
             b.on_click(lambda _b, step=step: self.goto(self.position + step))
             self.buttons[key] = b
-        reset = w.Button(description="reset")
+        reset = w.Button(description=_("reset"))
         reset.add_class("bs-reset")
         reset.on_click(lambda _b: self.goto(0))
         self.buttons["reset"] = reset

@@ -168,17 +168,25 @@ def plain_matplotlib_pixels(g, theme: str, title: str):
     return np.asarray(canvas.buffer_rgba()).astype(int)
 
 
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
 @pytest.mark.parametrize("theme", themes.THEMES)
-def test_stamped_png_looks_like_matplotlib_drawing(theme):
+def test_stamped_png_looks_like_matplotlib_drawing(theme, language):
+    """The same picture on both paths, in Chinese too: render_png's own glyph-by-glyph text
+    takes the characters DejaVu Sans lacks from the CJK font as matplotlib's font fallback
+    (``fontfamily=draw.cjk_families()`` on the plain path) does."""
     import numpy as np
 
     from course import draw
+    from course.i18n import using
 
-    g = basics_after_backward()
-    draw._PNG_CACHE.clear()
-    png = np.asarray(Image.open(io.BytesIO(
-        render_png(g, theme, title="e = (a + b) * (a * b)", dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
-    plain = plain_matplotlib_pixels(g, theme, "e = (a + b) * (a * b)")[..., :3]  # the PNG is opaque
+    title = "e = (a + b) * (a * b)" + ("：计算图" if language == "zh-CN" else "")
+    with using(language):
+        g = basics_after_backward()
+        draw._PNG_CACHE.clear()
+        png = np.asarray(Image.open(io.BytesIO(
+            render_png(g, theme, title=title, dpi=draw.RENDER_DPI)))).astype(int)[..., :3]
+        plain = plain_matplotlib_pixels(g, theme, title)[..., :3]  # the PNG is opaque
+        opaque = plain_matplotlib_pixels(g, theme, title)[..., 3].min() == 255
     assert png.shape == plain.shape
     # The same pictures, at most a pixel apart (stamps sit on whole pixels; glyphs are placed
     # to a quarter pixel, lines rounded to whole pixels): each pixel is compared with the
@@ -195,7 +203,7 @@ def test_stamped_png_looks_like_matplotlib_drawing(theme):
     blocks = near[:h, :w].reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3), dtype=np.float32)
     assert blocks.mean() < 1.0 and blocks.max() < 96, (blocks.mean(), blocks.max())
     assert np.abs(png.mean(axis=(0, 1)) - plain.mean(axis=(0, 1))).max() < 0.15
-    assert plain_matplotlib_pixels(g, theme, "e = (a + b) * (a * b)")[..., 3].min() == 255  # nothing lost
+    assert opaque  # nothing lost
 
 
 def test_cached_pictures_are_reused_and_new_states_differ():
@@ -350,3 +358,81 @@ def test_nodes_use_the_glossary_words(theme):
     for _, d in basics_after_backward().nodes(data=True):
         if d["kind"] != "function":
             assert draw._label(d, theme).split("\n")[1] == themes.term(theme, d["kind"])
+
+
+# -- the zh-CN edition: Chinese words, drawn with the CJK font -------------------------------
+
+def test_chinese_nodes_and_legend_use_glossary_zh():
+    from course import draw
+    from course.i18n import using
+
+    with using("zh-CN"):
+        g = basics_after_backward()
+        fig = draw_graph(g, theme="logistics")
+        try:
+            texts = legend_texts(fig)
+            for key in ("parameter", "constant", "intermediate", "function", "retained",
+                        "hooked", "gradient"):
+                assert themes.GLOSSARY_ZH["logistics"][key] in texts
+            labels = [t.get_text() for t in fig.axes[0].texts]
+            assert "a\n分拣中心" in labels and "c\n临时中转站" in labels
+        finally:
+            plt.close(fig)
+        png_zh = render_png(g, "logistics")
+    assert draw._label(g.nodes["a"], "logistics") == "a\nsorting centre"  # English again
+    assert render_png(g, "logistics") != png_zh  # the language is part of the picture's key
+
+
+def test_two_chinese_characters_draw_two_different_glyphs_from_the_cjk_font():
+    """Characters DejaVu Sans lacks come from the CJK font, not as the missing-glyph box:
+    different characters draw different pictures, each a full em wide, as the width the
+    layout measures says."""
+    import numpy as np
+
+    from course import draw
+
+    def ink(s):
+        rgba, _, _ = draw._text_pixels(s, draw.RENDER_DPI)
+        return rgba[..., 3]
+
+    box = ink("\u0378")  # an unassigned code point: no font has it, DejaVu's box is drawn
+    leaf, child = ink("叶"), ink("子")
+    assert draw._face_of("normal", "normal", "叶") == 1 and draw._face_of("normal", "normal", "a") == 0
+    assert leaf.shape != child.shape or not np.array_equal(leaf, child)
+    for glyph in (leaf, child):
+        assert glyph.shape != box.shape or not np.array_equal(glyph, box)
+        assert glyph.max() > 200  # real strokes
+    em = draw.FONT / 72
+    assert draw._text_width("叶子张量") == pytest.approx(4 * em, rel=0.02)
+    assert draw._text_width("a叶") == pytest.approx(draw._text_width("a") + em, rel=0.02)
+
+
+def test_without_the_cjk_font_chinese_fails_with_the_package_name(monkeypatch):
+    from matplotlib import font_manager
+
+    from course import draw
+    from course.i18n import using
+
+    def no_cjk(prop, *args, **kwargs):
+        if draw.CJK_FAMILY in prop.get_family():
+            raise ValueError("not found")
+        return real(prop, *args, **kwargs)
+
+    real = font_manager.fontManager.findfont
+
+    def forget():
+        draw.clear_caches()
+        draw._ft_font.cache_clear()
+        draw.cjk_font.cache_clear()
+
+    forget()
+    monkeypatch.setattr(font_manager.fontManager, "findfont", no_cjk)
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *a, **k: [])
+    try:
+        assert render_png(basics_after_backward(), "kitchen").startswith(b"\x89PNG")  # English
+        with using("zh-CN"), pytest.raises(RuntimeError, match=draw.CJK_PACKAGE):
+            render_png(basics_after_backward(), "kitchen")
+    finally:
+        monkeypatch.undo()
+        forget()
+    assert draw.cjk_font()  # installed here

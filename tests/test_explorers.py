@@ -368,3 +368,60 @@ def test_doctor_names_the_patients_own_line():
     assert "patient.py:2 in loss_fn" in ex.status()
     assert ex.code[ex.code.index("# patient.py") + 2].lstrip().startswith("h = torch.relu(")
     assert "detach()" in ex.code[ex.code.index("# patient.py") + 2]
+
+
+# -- the zh-CN edition ------------------------------------------------------------------------
+
+def english_phrases(text: str) -> list[str]:
+    """Runs of two or more English words outside code: none may be left in a Chinese text
+    (code spans, torch's own error messages and HTML tags are not the course's words)."""
+    import re
+
+    text = re.sub(r"<[^>]+>|`[^`]*`", " ", text)
+    text = re.sub(r"\b\w*Error: .*$", " ", text, flags=re.M)
+    return re.findall(r"\b[A-Za-z]{2,}(?:[ ,]+[A-Za-z]{2,})+\b", text)
+
+
+def widget_words(ex) -> list[str]:
+    words = [_w.description for _w in ex.controls.values()]
+    words += [label for _w in ex.controls.values() for label in getattr(_w, "_options_labels", ())]
+    return words + [ex.widget.children[0].value]
+
+
+@pytest.mark.parametrize("cls", list(X.EXPLORERS.values()), ids=list(X.EXPLORERS))
+def test_chinese_explorers_say_nothing_in_english(cls):
+    from course.i18n import using
+
+    with using("zh-CN"):
+        for theme in themes.THEMES:
+            ex = cls(theme=theme)
+            shown = [ex.status(), ex.picture_title(), *widget_words(ex)]
+            key = next(iter(cls.CHOICES))
+            for value in cls.CHOICES[key][:4]:
+                ex.set(**{key: value})
+                shown += [ex.status(), ex.picture_title()]
+                if ex.chart_args:
+                    shown += [ex.chart_args["title"], ex.chart_args["xlabel"],
+                              ex.chart_args["ylabel"]]
+                    shown += [s[0] for s in ex.chart_args["series"]]
+            found = [p for text in shown for p in english_phrases(text)]
+            assert not found, (theme, found)
+
+
+def test_chinese_explorers_use_the_zh_glossary():
+    from course.i18n import using
+
+    zh = themes.GLOSSARY_ZH
+    with using("zh-CN"):
+        retain = X.RetainExplorer(theme="kitchen", monitor="after", audits=2)
+        assert f"w（{zh['kitchen']['parameter']}）" in retain.status()
+        assert "station（半成品）：.grad = None，retains_grad = True" in retain.status()
+        assert "也没有任何提示" in retain.status()  # after backward(): silently
+        inplace = X.InplaceExplorer(theme="logistics", edit="after", inplace=False)
+        assert zh["logistics"]["version"] in inplace.status()
+        hook = X.HookExplorer(theme="kitchen")
+        assert "试味勺（hook）运行了2次" in hook.status()
+        doctor = X.DoctorExplorer(theme="logistics", bug="none")
+        assert doctor.status().endswith("每一层都得到了健康的梯度。")
+        assert doctor.controls["bug"].label == "没有bug"  # the menu's label; its value is "none"
+    assert "market ingredient" in X.RetainExplorer(theme="kitchen").status()  # English again

@@ -259,3 +259,36 @@ def test_static_mode_under_nbgrader(monkeypatch):
     mimes = [set(o.data) for o in captured.outputs]
     assert {"image/png"} <= mimes[0] and "text/html" in mimes[1]
     assert not any("application/vnd.jupyter.widget-view+json" in m for m in mimes)
+
+
+# -- the zh-CN edition ------------------------------------------------------------------------
+
+def test_chinese_graph_explorer_and_stepper_speak_glossary_zh():
+    from course import draw, themes
+    from course.i18n import using
+
+    with using("zh-CN"):
+        ex = GraphExplorer("basics", theme="logistics")
+        ex.set(hook="d", backward=True)
+        assert "d上的质检探头（hook）看到了效率报告（梯度）：[5.0]" in ex.status_html.value
+        theme = ex.controls["theme"]
+        assert theme.value == "logistics" and theme.label == "快递分拣（logistics）"
+        assert theme.description == "主题"
+        assert ex.controls["detach"].label == "（无）" and ex.controls["detach"].value == widgets.NONE
+        ex.set(requires_grad={"a": False, "b": False}, hook=widgets.NONE)
+        status = ex.status()
+        assert status.startswith("没有报告可回溯") and "does not require grad" in status  # torch's
+        fig = ex.static_figure()
+        try:
+            texts = draw.legend_texts(fig)
+            assert themes.GLOSSARY_ZH["logistics"]["constant"] in texts
+        finally:
+            plt.close(fig)
+        bs = BackwardStepper("basics", theme="logistics")
+        assert bs.describe(1) == ("第1/5步：mul（MulBackward0）收到1（e的梯度）；向c发送6，向d发送5。"
+                                  "不存储：e.grad仍为None（它是临时中转站：梯度算出来、传下去，"
+                                  "然后被丢弃）。")
+        assert "存入a.grad（它是分拣中心）。" in bs.describe(4)
+        assert bs.describe(0).startswith("反向传播（沿路线反向追踪效率报告）之前：")
+        assert [b.description for b in bs.buttons.values()] == ["◀ 上一步", "下一步 ▶", "重置"]
+    assert GraphExplorer("basics").controls["theme"].label == "logistics"  # English again
