@@ -50,7 +50,8 @@ def summary(verdict: Verdict) -> str:
 def headline(verdict: Verdict) -> str:
     """The verdict in one line: ``✗ Q3 (none): 1 of 2 right``."""
     state = RIGHT if verdict.passed else (TODO if not verdict.answered else WRONG)
-    return f"{MARK[state]} {label(verdict)}: {summary(verdict)}"
+    return _("{mark} {question}: {summary}", mark=MARK[state], question=label(verdict),
+             summary=summary(verdict))
 
 
 def _misconception(key: str) -> tuple[str, str]:

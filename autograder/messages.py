@@ -1,4 +1,4 @@
-"""The catalogs of what the course's Python code says: extraction, merging, checking.
+"""The catalogs of what the course's Python code says: collecting, merging, checking.
 
 The Markdown of the notebooks is translated per cell (:mod:`autograder.translate`); the texts of
 the feedback, the misconceptions, the explorers, the doctor and the figures are translated per
@@ -10,7 +10,7 @@ message, gettext's way (:mod:`course.i18n`). Babel extracts the messages from th
   which :mod:`autograder.questions` translates when it shows them.
 
 Each module that has messages gets a catalog, ``course/locale/zh_CN/<module>.po`` (inside the
-package: the sandboxed grader sees only the packages). :func:`update` merges new extractions
+package: the sandboxed grader sees only the packages). :func:`update` merges what it finds in the code
 into it the way ``msgmerge`` does (a message whose English changed a little is matched to its
 old entry and marked fuzzy); :func:`problems` names every message that is untranslated, fuzzy,
 lost a placeholder or a code span, or no longer exists in the code.
@@ -25,7 +25,7 @@ from course.i18n import LANGUAGES, LOCALE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("course", "autograder")
-#: the instructors' tools speak English only: their modules are not extracted
+#: the instructors' tools speak English only: their modules are not collected
 INSTRUCTORS = ("autograder/grading/", "autograder/analytics.py", "autograder/site.py",
                "autograder/translate.py", "autograder/messages.py", "autograder/release.py",
                "autograder/pipeline.py", "autograder/__main__.py")
@@ -63,7 +63,7 @@ def extract(path: Path) -> list[tuple[int, str]]:
 
 
 def catalog_path(locale: str, module: str) -> Path:
-    return globals()["LOCALE_DIR"] / locale / f"{module}.po"
+    return LOCALE_DIR / locale / f"{module}.po"
 
 
 HEADER = ("# The messages of one module of the leaf-tensors course, in one language.\n"
@@ -161,7 +161,8 @@ def problems(tag: str, root: Path | None = None, only: list[str] | None = None) 
     translate, or translates damaged."""
     root = root or ROOT
     locale = LANGUAGES[tag]
-    found = []
+    found: list[str] = []
+    seen: dict[str, dict[str, list[str]]] = {}   # English -> translation -> catalogs
     for module, path in modules(root):
         if only is not None and module not in only:
             continue
@@ -189,4 +190,12 @@ def problems(tag: str, root: Path | None = None, only: list[str] | None = None) 
         for english in sorted(set(have) - {e for _, e in messages}):
             found.append(f"{where}: {english[:60]!r} is no longer in {rel} "
                          f"(run `autograder translate {tag} --update`)")
+        for english, m in have.items():
+            if m.string and not m.fuzzy:
+                seen.setdefault(english, {}).setdefault(m.string, []).append(where)
+    for english, versions in seen.items():  # one table at run time: one translation each
+        if len(versions) > 1:
+            found.append(f"{english[:60]!r} is translated differently in "
+                         + "; ".join(f"{', '.join(w)} ({t[:30]!r})" for t, w in versions.items())
+                         + ": the course shows one of them everywhere, so make them one")
     return found

@@ -148,7 +148,7 @@ def _failed(qid: str, timeout: float, timed_out: bool, status: int) -> dict:
 
     if timed_out:
         text = _("Checking took longer than {seconds} s and was stopped: does your code loop "
-                 "forever?", seconds=f"{timeout:g}")
+                 "forever?", seconds=format(timeout, "g"))
     elif os.WIFSIGNALED(status):
         text = _("The checker process running your code was killed by signal {signal} before "
                  "giving a result (does your code call `exit()` or crash the interpreter?).",

@@ -313,7 +313,7 @@ class Requirement:
             outcome = self.test(run)
         except Exception as exc:  # the result had the wrong shape for this test
             outcome = (False, _("this could not be checked ({error}).",
-                                error=f"{type(exc).__name__}: {exc}"))
+                                error=type(exc).__name__ + ": " + str(exc)))
         if not isinstance(outcome, tuple):
             outcome = (bool(outcome), "")
         ok, detail = bool(outcome[0]), outcome[1] if len(outcome) > 1 else ""

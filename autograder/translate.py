@@ -173,7 +173,7 @@ def _setup_with_language(source: str, ed: Edition) -> str:
     if at is None:
         at = next((i for i, line in enumerate(lines) if line.strip() == "import course"), None)
     if at is None:
-        raise ValueError("the setup cell neither imports course nor seeds it: the build cannot "
+        raise ValueError("the setup cell neither imports course nor calls seed_everything: the build cannot "
                          "set the edition's language")
     lines.insert(at + 1, f'course.set_language("{ed.tag}")  # {ed.language_note}')
     return "\n".join(lines)

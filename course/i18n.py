@@ -79,17 +79,9 @@ def _figure_fonts(language: str) -> None:
     # "sans-serif" stands for its first installed font): DejaVu Sans first, the CJK font next
     families = [f for f in matplotlib.rcParams["font.family"] if f != CJK_FONT]
     if language == "zh-CN":
-        from matplotlib import font_manager
+        from course.draw import cjk_font
 
-        try:
-            font_manager.findfont(CJK_FONT, fallback_to_default=False)
-        except ValueError:  # perhaps installed after matplotlib cached its font list
-            font_manager.fontManager = font_manager._load_fontmanager(try_read_cache=False)
-        try:
-            font_manager.fontManager.findfont(CJK_FONT, fallback_to_default=False)
-        except ValueError:
-            raise RuntimeError(f"the Chinese edition's figures need the font {CJK_FONT!r}: "
-                               "install the Debian package fonts-wqy-microhei") from None
+        cjk_font()  # found (added if installed after matplotlib listed its fonts), or a clear error
         families.append(CJK_FONT)
     matplotlib.rcParams["font.family"] = families
 

@@ -8,6 +8,7 @@ scores read back with ``nbgrader.api.Gradebook``.
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 import subprocess
 import sys
@@ -20,18 +21,25 @@ from helpers import (
     ROOT,
     answer_ids,
     assignments,
+    english_sentences,
     executed_outputs,
     make_course,
+    meta,
     notebook_path,
+    planted,
+    read,
     submission,
     submit,
 )
 
 from autograder.grading.sandbox import sandbox_problem
+from autograder.misconceptions import MISCONCEPTIONS
 from autograder.pipeline import nbgrader, nbgrader_env, read_scores
 from autograder.verdict import MIME_TYPE
+from course.i18n import translate
 
 ZH = ROOT / "zh-CN"
+CJK = re.compile(r"[\u4e00-\u9fff]")
 # as in test_grade_cli.py: where no sandbox can be set up, grade with the explicit opt-out
 SANDBOX_ARGS = [] if sandbox_problem() is None else ["--no-sandbox"]
 
@@ -84,6 +92,9 @@ def _submit_all(course, assignment, release=RELEASE):
 
 
 _ZH: dict[str, dict] = {}   # assignment -> the Chinese edition's grading (see graded_zh)
+#: a Chinese learner's wrong answer: water predicted not to be a leaf ("leaf means trainable")
+WRONG_IN_CHINESE = ("01_leaves", 'q1_is_leaf["water"] = False', "q1_tricky",
+                    "leaf_means_trainable")
 
 
 def _grade_chinese_edition(assignment: str, tmp, out: dict) -> None:
@@ -94,6 +105,9 @@ def _grade_chinese_edition(assignment: str, tmp, out: dict) -> None:
         course = make_course(tmp, ZH / "source")
         nbgrader("generate_assignment", assignment, "--force", course=course)
         _submit_all(course, assignment, ZH / "release")
+        if assignment == WRONG_IN_CHINESE[0]:
+            submit(course, "wrong", assignment, planted(
+                assignment, extra={"q1_answer": [WRONG_IN_CHINESE[1]]}, release=ZH / "release"))
         command = [sys.executable, "-m", "autograder", "grade", assignment, "--force",
                    "--workers", "1", "--no-calibrate", *SANDBOX_ARGS]
         proc = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
@@ -138,8 +152,35 @@ def test_the_chinese_edition_earns_the_same_scores_cell_by_cell(graded, graded_z
     _, _, english, _ = graded
     _, _, chinese, proc = graded_zh
     table = {s: (v.score, v.max_score, v.per_cell) for s, v in english.items()}
-    assert {s: (v.score, v.max_score, v.per_cell) for s, v in chinese.items()} == table, \
-        proc.stdout[-3000:]
+    assert {s: (v.score, v.max_score, v.per_cell) for s, v in chinese.items()
+            if s != "wrong"} == table, proc.stdout[-3000:]
+
+
+def test_a_wrong_answer_in_a_chinese_notebook_gets_chinese_feedback_naming_the_belief(graded_zh):
+    """A Chinese learner predicts water is not a leaf. The graded cell of that part scores 0,
+    every other cell full marks, and the feedback, in the autograded notebook and in
+    nbgrader's generated feedback page, is Chinese and names the belief in Chinese, with the
+    Chinese lesson's section heading to read."""
+    assignment, course, scores, _ = graded_zh
+    lesson, _line, cell_id, belief = WRONG_IN_CHINESE
+    if assignment != lesson:
+        pytest.skip(f"the Chinese learner's wrong answer is planted in {lesson}")
+    s, full = scores["wrong"], scores["full"].per_cell
+    assert s.per_cell[cell_id] == 0 < full[cell_id], s.per_cell
+    assert {c: v for c, v in s.per_cell.items() if c != cell_id} == \
+        {c: v for c, v in full.items() if c != cell_id}
+    name = translate(MISCONCEPTIONS[belief].name, "zh-CN")
+    section = translate(MISCONCEPTIONS[belief].section, "zh-CN")
+    assert CJK.search(name) and CJK.search(section), "the belief has no Chinese name yet"
+    nb = read(course / "autograded" / "wrong" / assignment / f"{assignment}.ipynb")
+    cell = next(c for c in nb.cells if meta(c).get("grade_id") == cell_id)
+    page = "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
+    assert name in page and section in page, page
+    words = html_lib.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<code>.*?</code>", " ", page)))
+    assert english_sentences(words) == [], words
+    nbgrader("generate_feedback", assignment, "--student", "wrong", "--force", course=course)
+    feedback = next((course / "feedback" / "wrong" / assignment).glob("*.html")).read_text()
+    assert name in html_lib.unescape(feedback)
 
 
 def test_solution_scores_full_marks(graded):

@@ -2,7 +2,7 @@
 
 The Markdown is checked by ``test_translation.py``; this file checks the messages of the code
 (feedback, misconceptions, explorers, the doctor, the figures): every message has a current
-Chinese translation that keeps its placeholders and code; every message can be extracted (no
+Chinese translation that keeps its placeholders and code; every message can be read off the code (no
 f-string where a message belongs); a change to an English message fails the check, naming it,
 until it is revised; and the language is set where it should be. That the Chinese verdicts grade
 exactly like the English ones and read Chinese is proven on every request the lessons' tests
@@ -42,16 +42,19 @@ def _message_args(tree: ast.AST):
 
 
 def test_every_message_is_a_literal_the_extractor_can_read():
-    """An f-string (or any expression) where a message belongs cannot be translated: the
-    extractor skips it and the Chinese learner reads English. ``Item``s and ``Requirement``s
-    built at grading time may pass an already translated ``_()`` call instead."""
+    """A string built on the spot (an f-string, ``+``, ``%``, ``.format``) where a message
+    belongs cannot be translated: the extractor skips it and the Chinese learner reads English.
+    ``_(variable)`` is fine: it shows a message marked where it was written (``N_``, ``Item``)."""
     bad = []
-    for module, path in messages.modules():
+    for _module, path in messages.modules():
         for name, arg in _message_args(ast.parse(path.read_text(), str(path))):
-            literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-            translated = (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name)
-                          and arg.func.id == "_")
-            if not literal and not (translated and name in ("Item", "Requirement")):
+            # a string built on the spot: an f-string, "..." + ..., "..." % ..., .format(...)
+            built = isinstance(arg, (ast.JoinedStr, ast.BinOp)) or (
+                isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute)
+                and arg.func.attr in ("format", "join"))
+            if name == "N_" and not isinstance(arg, ast.Constant):
+                built = True   # N_ marks a literal, or it marks nothing
+            if built:
                 bad.append(f"{path.relative_to(messages.ROOT)}:{arg.lineno} {name}(...)"
                            f" {ast.unparse(arg)[:60]}")
     assert bad == [], "\n".join(bad)

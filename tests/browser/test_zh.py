@@ -2,7 +2,8 @@
 
 The learner's path of the Chinese quick start: JupyterLab with the zh_CN language pack (the
 setting in zh-CN/lab-settings), a lesson from zh-CN/release/, Run All (it stops at the first
-unanswered question, as in English), an explorer clicked.
+unanswered question, as in English), an explorer clicked: its labels, legend and messages are
+Chinese, in real CJK glyphs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import english_sentences
 from test_lab import assert_nothing_scrolls_sideways, changed, outputs_text, run_all
 
 pytestmark = [pytest.mark.browser]
@@ -45,6 +47,9 @@ def test_a_chinese_lesson_in_chinese_jupyterlab(lab_zh, page):
         before = page.locator(".ge-figure img").first.get_attribute("src")
         page.locator(".ge-requires-grad-a").first.click()
         changed(page, ".ge-figure img", before, "src")
+        # the explorer speaks Chinese too: its controls, legend and messages, outside code
+        explorer = page.locator(".graph-explorer").first.inner_text()
+        assert CJK.search(explorer) and english_sentences(explorer) == [], explorer
         assert_nothing_scrolls_sideways(page)
         # every Markdown cell of the lesson reads Chinese
         prose = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").all_inner_texts()
