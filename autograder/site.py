@@ -16,9 +16,9 @@ lessons from ``zh-CN/release/``, its glossary from ``course.themes.GLOSSARY_ZH``
 ``OUT/html/zh-CN/`` with ``language: zh_CN``; its links to the doctor and the instructors'
 guide point at the English pages (the docs exist only in English). Every page links to the
 other edition's page (:data:`EDITIONS`). The Chinese notebooks' code cells are the English
-ones, and jupyter-cache keys a notebook by its code cells: the English lessons are executed
-first, and the Chinese ones then find the English execution in the shared cache and run
-nothing.
+ones but for the setup cell's ``course.set_language("zh-CN")`` and the strings the figures
+show, so each edition's lessons are executed (jupyter-cache, one cache for both): the Chinese
+pages show what the code prints in Chinese, explorers and figures included.
 
 The build has three steps. :func:`stage` writes the book's sources into ``OUT/book``
 (configuration and static files from the repository's ``site/`` folder, MathJax from the
@@ -77,7 +77,7 @@ class BuildResult:
     executed: list[str] = field(default_factory=list)   # notebooks this build executed
     pages: list[str] = field(default_factory=list)      # every .html page of the site
     editions: dict = field(default_factory=dict)        # per edition: executed, pages
-    reused: dict = field(default_factory=dict)          # a zh-CN notebook -> the cached one
+    reused: dict = field(default_factory=dict)          # a zh-CN notebook -> its cache record
 
 
 # ---------------------------------------------------------------------------------------
@@ -199,9 +199,8 @@ def stage_notebook(source: Path, repo_path: str, site_path: str, course: Path,
       skips them) and ``site-exercise`` (site.css marks them as exercises).
     * Markdown links point at the site's pages (:func:`rewrite_links`).
 
-    Only Markdown differs between the editions' notebooks, so the Chinese one stages with the
-    English one's code cells, and jupyter-cache (which hashes code cells only) finds one
-    execution for both.
+    The editions' notebooks differ in their Markdown, their setup cell (which sets the
+    language) and their figures' strings; each is staged and executed as it is.
     """
     import nbformat
 
@@ -577,8 +576,7 @@ def build(course: Path | str = ".", out: Path | str = DEFAULT_OUT, quiet: bool =
     os.environ.update({k: os.environ.get(k, v) for k, v in env.items()})
     parallel = jobs != 1 and (os.cpu_count() or 1) > 1
     try:
-        # English first: the other editions' notebooks (the same code cells) then find its
-        # execution in the cache, and run nothing
+        # edition by edition (their setup cells differ: each speaks its own language)
         for e in eds:
             execute(staged[e.name], cache, parallel=parallel)
             records.append(cache_records(cache))
@@ -766,10 +764,7 @@ def _cmd_site(args: argparse.Namespace) -> int:
     for name, ed in result.editions.items():
         ran = ", ".join(Path(p).name for p in ed["executed"])
         if not ran:
-            reused = [result.reused.get(nb) for nb in ed["notebooks"]]
-            ran = ("none (the English lessons' execution, from the cache)"
-                   if name != EN.name and reused and all(reused)
-                   else "none (every notebook's code is unchanged)")
+            ran = "none (every notebook's code is unchanged)"
         print(f"  {name}: {len(ed['pages'])} pages; executed: {ran}")
     print(f"open {result.html / 'index.html'} (or host the folder {result.html}; "
           f"the Chinese edition: {result.html / ZH.prefix / 'index.html'})"

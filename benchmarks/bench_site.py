@@ -1,5 +1,5 @@
 """The course site's incremental build (both editions, English and zh-CN): a first build
-(every English lesson executed, the Chinese ones reusing that execution) against a second one
+(every lesson of both editions executed) against a second one
 with nothing changed (nothing executed), in a fresh temp folder.
 
     .venv/bin/python benchmarks/bench_site.py
