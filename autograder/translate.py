@@ -112,8 +112,10 @@ def _code_entries(catalog: polib.POFile) -> dict[tuple[str, str], polib.POEntry]
 #
 # Code cells are the English ones, with two exceptions the build makes (and only the build):
 # the setup cell also sets the course's language (so feedback, explorers and figures speak the
-# edition's language), and the strings a figure shows (titles, axis labels, legend labels) are
-# translated, each an entry of the lesson's catalog whose context is "<cell id>:code".
+# edition's language), and the prose inside code is translated: the strings a figure shows
+# (titles, axis labels, legend labels), the comments and the docstrings (a graded cell's
+# """Q1 (2 points): ..."""), each an entry of the lesson's catalog whose context is
+# "<cell id>:code". The code itself, every name and value, is the English code.
 
 CODE_CONTEXT = ":code"
 #: matplotlib calls whose first argument is text the figure shows
@@ -165,6 +167,56 @@ def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
     return sorted(found)
 
 
+#: comments that are instructions to tools, not to readers
+TOOL_COMMENT = re.compile(r"^#+\s*(?:(?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)|noqa|type:|pragma)")
+
+
+def comments_and_docstrings(source: str) -> list[tuple[int, int, str, str, str]]:
+    """The prose inside a code cell: its comments (``lead`` is the ``#`` and the space after
+    it) and the docstrings of its statements (a graded cell's ``\"\"\"Q1 (2 points): ...\"\"\"``),
+    as ``(start, end, lead or prefix, quote, body)`` like :func:`display_strings`. Comments
+    that are instructions to tools (nbgrader's markers, ``noqa``) are left out."""
+    import ast
+    import io
+    import tokenize
+
+    try:
+        tree = ast.parse(source)
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, tokenize.TokenError):
+        return []
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    found = []
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT and not TOOL_COMMENT.match(tok.string):
+            m = re.match(r"#+\s*", tok.string)
+            body = tok.string[m.end():]
+            if re.search(r"[A-Za-z]{2,}", body):
+                start = starts[tok.start[0] - 1] + tok.start[1]
+                found.append((start, start + len(tok.string), m.group(0), "", body))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            v = node.value
+            start = starts[v.lineno - 1] + len(
+                lines[v.lineno - 1].encode()[:v.col_offset].decode())
+            end = starts[v.end_lineno - 1] + len(
+                lines[v.end_lineno - 1].encode()[:v.end_col_offset].decode())
+            m = LITERAL.match(source[start:end])
+            if m and m.group("body").strip():
+                found.append((start, end, m.group("prefix"), m.group("quote"), m.group("body")))
+    return sorted(found)
+
+
+def code_texts(source: str) -> list[tuple[int, int, str, str, str]]:
+    """Everything of a code cell its edition translates: the strings its figure shows, its
+    comments and docstrings; ``(start, end, prefix, quote, body)`` in order."""
+    return sorted(set(display_strings(source)) | set(comments_and_docstrings(source)))
+
+
 def _setup_with_language(source: str, ed: Edition) -> str:
     """The setup cell's code with the edition's language set right after the seeding."""
     lines = source.splitlines()
@@ -182,7 +234,7 @@ def _setup_with_language(source: str, ed: Edition) -> str:
 def edition_code(ed: Edition, cell, catalog: polib.POFile) -> str:
     """The edition's version of one English code cell (see above)."""
     source = cell.source
-    strings = display_strings(source)
+    strings = code_texts(source)
     if strings:
         have = _code_entries(catalog)
         out, last = [], 0
@@ -246,13 +298,14 @@ def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
     for cell in _english(course, assignment).cells:
         if cell.cell_type != "code":
             continue
-        for *_unused, body in display_strings(cell.source):
+        for *_unused, body in code_texts(cell.source):
             key = (cell["id"], body)
             if key in kept:
                 continue
             kept.add(key)
             entry = polib.POEntry(msgctxt=cell["id"] + CODE_CONTEXT, msgid=body,
-                                  comment="a string the figure of this code cell shows")
+                                  comment="a comment or docstring of this code cell, or a "
+                                          "string its figure shows")
             was = old_code.get(key)
             if was is None:
                 counts["added"] += 1
@@ -324,14 +377,16 @@ def problems(ed: Edition, names: list[str] | None = None, course: Path = ROOT) -
         for cell in _english(course, assignment).cells:
             if cell.cell_type != "code":
                 continue
-            for *_unused, body in display_strings(cell.source):
-                name = f"{where}: code cell {cell['id']!r}, the figure's string {body!r}"
+            for *_unused, prefix, quote, body in code_texts(cell.source):
+                name = f"{where}: code cell {cell['id']!r}, the text {body[:60]!r}"
                 entry = code.get((cell["id"], body))
                 if entry is None or not entry.msgstr:
                     found.append(f"{name} is not translated")
                 elif "fuzzy" in entry.flags:
                     found.append(f"{name} is fuzzy: review the translation, then remove the flag")
-                elif _fields(body) != _fields(entry.msgstr):
+                elif not quote and "\n" in entry.msgstr:
+                    found.append(f"{name}: a comment's translation stays on one line")
+                elif "f" in prefix.lower() and _fields(body) != _fields(entry.msgstr):
                     found.append(f"{name}: the translation's placeholders "
                                  f"{sorted(_fields(entry.msgstr))} are not the English ones")
         for cid in sorted(set(have) - {cid for cid, _ in cells}):

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, assignments, notebook_path, read
+from helpers import ROOT, assignments, english_sentences, notebook_path, read
 
 from autograder import translate
 from autograder.release import check_release
@@ -44,7 +44,7 @@ def test_code_cells_ids_and_grading_metadata_are_the_english_ones(assignment):
         assert a.cell_type == b.cell_type and a.metadata == b.metadata, a.get("id")
         if a.cell_type == "code":
             assert _skeleton(b.source) == _skeleton(a.source), a.get("id")
-            if not translate.display_strings(a.source) and meta_id(a) != "setup":
+            if not translate.code_texts(a.source) and meta_id(a) != "setup":
                 assert a.source == b.source, a.get("id")
 
 
@@ -53,11 +53,12 @@ def meta_id(cell) -> str | None:
 
 
 def _skeleton(source: str) -> str:
-    """A code cell's syntax tree with the strings its figure shows blanked and the edition's
-    ``course.set_language(...)`` line left out: what no translation may change."""
+    """A code cell's syntax tree (no comments) with the strings its figure shows and its
+    docstrings blanked, and the edition's ``course.set_language(...)`` line left out: what no
+    translation may change."""
     import ast
 
-    shown = {(start, end) for start, end, *_rest in translate.display_strings(source)}
+    shown = {(start, end) for start, end, *_rest in translate.code_texts(source)}
     tree = ast.parse(source)
     starts = [0]
     for line in source.splitlines(keepends=True):
@@ -80,8 +81,24 @@ def test_the_chinese_setup_cells_set_the_language_and_nothing_else():
         en = next(c for c in read(notebook_path(assignment)).cells if meta_id(c) == "setup")
         zh = next(c for c in read(notebook_path(assignment, ZH / "source")).cells
                   if meta_id(c) == "setup")
-        added = [line for line in zh.source.splitlines() if line not in en.source.splitlines()]
-        assert added == ['course.set_language("zh-CN")  # 反馈、交互图示和图表都用中文'], assignment
+        def code(source):  # the lines' code, comments left out (they are translated)
+            return [line.split("  #")[0].rstrip() for line in source.splitlines()]
+
+        added = [line for line in code(zh.source) if line not in code(en.source)]
+        assert added == ['course.set_language("zh-CN")'], assignment
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_comments_and_docstrings_of_the_chinese_code_read_chinese(assignment):
+    """The prose inside code (comments, graded cells' docstrings) is translated too; a comment
+    that is only code (an output, an expression) may stay as it is, an English sentence not."""
+    left = []
+    for cell in read(notebook_path(assignment, ZH / "source")).cells:
+        if cell.cell_type == "code":
+            for *_rest, body in translate.comments_and_docstrings(cell.source):
+                if english_sentences(body):
+                    left.append(f"{cell.id}: {body}")
+    assert left == [], "\n".join(left)
 
 
 def test_the_figures_strings_are_translated_in_the_chinese_code():
