@@ -101,6 +101,28 @@ def test_the_comments_and_docstrings_of_the_chinese_code_read_chinese(assignment
     assert left == [], "\n".join(left)
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_code_blocks_of_the_chinese_prose_keep_the_code_and_translate_its_comments(
+        assignment):
+    """A code block inside a Markdown cell is the English code, its comments in Chinese."""
+    entries = [e for e in translate.read_catalog(ED, assignment)
+               if e.msgctxt and not e.msgctxt.endswith(translate.CODE_CONTEXT)]
+
+    def blocks(text):
+        return [m.group(0) for m in translate.FENCE.finditer(text)]
+
+    def code(block):
+        return [line.split("#")[0].rstrip() for line in block.splitlines()]
+
+    left = []
+    for e in entries:
+        assert [code(b) for b in blocks(e.msgstr)] == [code(b) for b in blocks(e.msgid)], \
+            e.msgctxt
+        left += [f"{e.msgctxt}: {c}" for b in blocks(e.msgstr)
+                 for c in re.findall(r"#[^\n]*", b) if english_sentences(c)]
+    assert left == [], "\n".join(left)
+
+
 def test_the_figures_strings_are_translated_in_the_chinese_code():
     """Lessons 04 and 07 draw figures in their own cells: their titles, axes and legends are
     Chinese in the Chinese edition, the rest of the code is the English code."""
