@@ -19,7 +19,7 @@ Rules for the English strings (the translators' guide repeats them):
 
 The language is one setting of the process: the Chinese notebooks' setup cell calls
 ``course.set_language("zh-CN")``, and the oracle evaluates each request in the language the
-request names. ``COURSE_LANGUAGE`` sets the default (the static site's Chinese pages use it).
+request names. ``COURSE_LANGUAGE`` sets the default of a process that sets none.
 ``autograder translate zh-CN --update`` extracts the strings with Babel and merges them into the
 catalogs; the test suite fails on a string without a current translation.
 """
