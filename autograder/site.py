@@ -77,7 +77,6 @@ class BuildResult:
     executed: list[str] = field(default_factory=list)   # notebooks this build executed
     pages: list[str] = field(default_factory=list)      # every .html page of the site
     editions: dict = field(default_factory=dict)        # per edition: executed, pages
-    reused: dict = field(default_factory=dict)          # a zh-CN notebook -> its cache record
 
 
 # ---------------------------------------------------------------------------------------
@@ -583,10 +582,6 @@ def build(course: Path | str = ".", out: Path | str = DEFAULT_OUT, quiet: bool =
             executed[e.name] = sorted(
                 Path(u).relative_to(out).as_posix() for u, r in records[-1].items()
                 if records[-2].get(u) != r)
-        reused = {Path(nb).relative_to(out).as_posix():
-                  Path(uri).relative_to(out).as_posix() if uri else None
-                  for e in eds if e is not EN
-                  for nb, uri in cache_matches(cache, staged[e.name]).items()}
         builds = [(str(work[e.name] / "book"), str(work[e.name] / "html"),
                    str(work[e.name] / "doctrees"), quiet) for e in eds]
         if parallel and len(builds) > 1:  # one Sphinx per edition, side by side
@@ -639,12 +634,11 @@ def build(course: Path | str = ".", out: Path | str = DEFAULT_OUT, quiet: bool =
                                                not any(p.startswith(o.prefix) for o in eds
                                                        if o.prefix))]}
                            for e in eds},
-              "reused": reused, "pages": pages,
+              "pages": pages,
               "cache": {Path(u).relative_to(out).as_posix(): list(r) for u, r in after.items()}}
     (out / "build-record.json").write_text(json.dumps(record, indent=1, ensure_ascii=False)
                                            + "\n")
-    return BuildResult(html_dir, seconds, record["executed"], pages, record["editions"],
-                       reused)
+    return BuildResult(html_dir, seconds, record["executed"], pages, record["editions"])
 
 
 def _sync(src: Path, dst: Path) -> None:
