@@ -128,33 +128,38 @@ LITERAL = re.compile(r"^(?P<prefix>[rRbBuUfF]{0,2})(?P<quote>\"\"\"|'''|\"|')(?P
                      re.S)
 
 
+def _literal(source: str, node) -> tuple[int, int, str, str, str] | None:
+    """``(start, end, prefix, quote, body)`` of a string literal node: ``start:end`` its place
+    in ``source`` (ast counts columns in UTF-8 bytes) and ``body`` its text between the quotes,
+    exactly as written (escapes and an f-string's ``{placeholders}`` included)."""
+    lines = source.splitlines(keepends=True)
+
+    def offset(lineno: int, col: int) -> int:
+        return sum(map(len, lines[:lineno - 1])) + len(lines[lineno - 1].encode()[:col].decode())
+
+    start, end = offset(node.lineno, node.col_offset), offset(node.end_lineno, node.end_col_offset)
+    m = LITERAL.match(source[start:end])
+    if m and m.group("body").strip():
+        return start, end, m.group("prefix"), m.group("quote"), m.group("body")
+    return None
+
+
 def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
-    """The strings a figure shows in a code cell: (start, end, prefix, quote, body) with
-    ``start:end`` the literal's place in ``source`` and ``body`` its text between the quotes,
-    exactly as written (escapes and ``{placeholders}`` of an f-string included)."""
+    """The strings a figure shows in a code cell, as :func:`_literal` gives them."""
     import ast
 
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    starts = [0]
-    for line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
     found = []
 
     def add(node):
-        if isinstance(node, (ast.Constant, ast.JoinedStr)) and (
-                isinstance(node, ast.JoinedStr) or isinstance(node.value, str)):
-            start = starts[node.lineno - 1] + len(
-                source.splitlines(keepends=True)[node.lineno - 1].encode()[:node.col_offset]
-                .decode())
-            end = starts[node.end_lineno - 1] + len(
-                source.splitlines(keepends=True)[node.end_lineno - 1].encode()[:node.end_col_offset]
-                .decode())
-            m = LITERAL.match(source[start:end])
-            if m and m.group("body").strip():
-                found.append((start, end, m.group("prefix"), m.group("quote"), m.group("body")))
+        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
+                                               and isinstance(node.value, str)):
+            literal = _literal(source, node)
+            if literal:
+                found.append(literal)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -185,9 +190,8 @@ def comments_and_docstrings(source: str) -> list[tuple[int, int, str, str, str]]
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (SyntaxError, tokenize.TokenError):
         return []
-    lines = source.splitlines(keepends=True)
     starts = [0]
-    for line in lines:
+    for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
     found = []
     for tok in tokens:
@@ -200,14 +204,9 @@ def comments_and_docstrings(source: str) -> list[tuple[int, int, str, str, str]]
     for node in ast.walk(tree):
         if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
                 and isinstance(node.value.value, str)):
-            v = node.value
-            start = starts[v.lineno - 1] + len(
-                lines[v.lineno - 1].encode()[:v.col_offset].decode())
-            end = starts[v.end_lineno - 1] + len(
-                lines[v.end_lineno - 1].encode()[:v.end_col_offset].decode())
-            m = LITERAL.match(source[start:end])
-            if m and m.group("body").strip():
-                found.append((start, end, m.group("prefix"), m.group("quote"), m.group("body")))
+            literal = _literal(source, node.value)
+            if literal:
+                found.append(literal)
     return sorted(found)
 
 
