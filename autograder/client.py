@@ -73,18 +73,21 @@ class Oracle:
             bufsize=1,
         )
         self._started = False
-        proc = self._proc
-        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        # The reader gets this process's own queue: a dead process's reader may wake up
+        # only after the next process started, and its end-of-file must not look like
+        # the new process dying.
+        threading.Thread(target=self._read, args=(self._proc, self._replies), daemon=True).start()
         self._send({"op": "ping", "id": 0, "preload": preload or []})
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    @staticmethod
+    def _read(proc: subprocess.Popen, replies: queue.Queue) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
-                self._replies.put(json.loads(line))
+                replies.put(json.loads(line))
             except ValueError:
                 continue
-        self._replies.put(None)  # the process ended
+        replies.put(None)  # the process ended
 
     def _send(self, message: dict) -> None:
         assert self._proc is not None and self._proc.stdin is not None

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import math
+import queue
 import re
+import threading
 import time
 
 import pytest
@@ -360,6 +363,72 @@ def test_the_oracle_restarts_after_dying():
     oracle.forget()
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0
     assert oracle._alive()
+
+
+class _FakeOracleProcess:
+    """A stand-in for the oracle process: answers every request with a fixed verdict.
+
+    ``eof`` holds its end of output back until the test releases it, the way a busy
+    machine schedules a dead process's reader thread late.
+    """
+
+    def __init__(self, eof: threading.Event | None = None):
+        self._lines: queue.Queue = queue.Queue()
+        self._eof = eof
+        self.dead = False
+        self.stdin = self
+        self.stdout = self
+
+    def write(self, text: str) -> None:
+        request = json.loads(text)
+        self._lines.put(json.dumps({"id": request["id"], "settled": True,
+                                    "verdict": {"score": 1.0, "op": request["op"]}}))
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.dead = True
+
+    def __iter__(self):
+        while not self.dead:
+            try:
+                yield self._lines.get(timeout=0.05)
+            except queue.Empty:
+                continue
+        if self._eof is not None:
+            self._eof.wait(10)
+
+    def poll(self):
+        return 0 if self.dead else None
+
+    def wait(self, timeout=None):
+        return 0
+
+    def kill(self) -> None:
+        self.dead = True
+
+
+def test_a_dead_oracles_late_end_of_output_is_not_taken_for_the_next_ones(monkeypatch):
+    oracle = client.Oracle()
+    late = threading.Event()
+    first = _FakeOracleProcess(eof=late)
+    oracle.start(spawn=lambda *a, **k: first)
+    assert oracle.ask({"op": "evaluate", "n": 1})["score"] == 1.0
+    first.kill()
+    started = []
+
+    def spawn(*args, **kwargs):  # the next process starts; only then the dead one's end
+        started.append(_FakeOracleProcess())
+        late.set()
+        time.sleep(0.2)  # its reader puts the end of output now
+        return started[-1]
+
+    monkeypatch.setattr(client.subprocess, "Popen", spawn)
+    assert oracle.ask({"op": "evaluate", "n": 2})["score"] == 1.0
+    assert len(started) == 1  # answered by the first restart, not by a second one
+    assert oracle._alive()
+    oracle.stop()
 
 
 def test_a_repeated_check_is_answered_from_memory_but_a_timeout_is_not():

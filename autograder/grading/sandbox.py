@@ -223,7 +223,9 @@ class Worker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log, env=env, cwd="/", start_new_session=True)
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        # The reader gets this process's own queue: a stopped worker's reader may see its
+        # end only after the next worker started, and must not report that one dead.
+        threading.Thread(target=self._read, args=(self.proc, self._events), daemon=True).start()
 
     def wait_ready(self, timeout: float) -> None:
         if not self.ready_info:
@@ -245,21 +247,27 @@ class Worker:
             proc.wait()
 
     # -- protocol
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen, events: queue.Queue) -> None:
         assert proc.stdout is not None
+
+        def kernel():  # this process's kernel; none once the next worker has started
+            return self.kernel if self._events is events else None
+
         for line in proc.stdout:
             try:
                 msg = json.loads(line)
             except ValueError:
                 continue
-            if "exited" in msg and self.kernel is not None and self.kernel.pid == msg["exited"]:
-                self.kernel.returncode = msg["status"]
-            elif "killed" in msg and self.kernel is not None and self.kernel.returncode is None:
-                self.kernel.returncode = -9
-            self._events.put(msg)
-        if self.kernel is not None and self.kernel.returncode is None:
-            self.kernel.returncode = -9
-        self._events.put({"dead": True})
+            k = kernel()
+            if "exited" in msg and k is not None and k.pid == msg["exited"]:
+                k.returncode = msg["status"]
+            elif "killed" in msg and k is not None and k.returncode is None:
+                k.returncode = -9
+            events.put(msg)
+        k = kernel()
+        if k is not None and k.returncode is None:
+            k.returncode = -9
+        events.put({"dead": True})
 
     def send(self, msg: dict) -> None:
         with self._lock:
