@@ -108,18 +108,24 @@ def test_the_code_blocks_of_the_chinese_prose_keep_the_code_and_translate_its_co
     entries = [e for e in translate.read_catalog(ED, assignment)
                if e.msgctxt and not e.msgctxt.endswith(translate.CODE_CONTEXT)]
 
-    def blocks(text):
-        return [m.group(0) for m in translate.FENCE.finditer(text)]
+    def blocks(text):  # the code inside each fence
+        return [m.group(0).split("\n", 1)[1].rsplit("\n", 1)[0]
+                for m in translate.FENCE.finditer(text)]
 
-    def code(block):
-        return [line.split("#")[0].rstrip() for line in block.splitlines()]
+    def code(block):  # Python: its syntax tree, comments and docstrings blanked
+        try:
+            return _skeleton(block)
+        except SyntaxError:  # a traceback, a shell line: its lines without comments
+            return [line.split("#")[0].rstrip() for line in block.splitlines()]
 
     left = []
     for e in entries:
         assert [code(b) for b in blocks(e.msgstr)] == [code(b) for b in blocks(e.msgid)], \
             e.msgctxt
-        left += [f"{e.msgctxt}: {c}" for b in blocks(e.msgstr)
-                 for c in re.findall(r"#[^\n]*", b) if english_sentences(c)]
+        for b in blocks(e.msgstr):
+            texts = [body for *_rest, body in translate.comments_and_docstrings(b)]
+            left += [f"{e.msgctxt}: {t}" for t in texts or re.findall(r"#[^\n]*", b)
+                     if english_sentences(t)]
     assert left == [], "\n".join(left)
 
 
