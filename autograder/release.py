@@ -1,12 +1,14 @@
 """Generate ``release/`` from ``source/`` with stock nbgrader, and check it is fresh.
 
-Both run ``nbgrader generate_assignment`` in a scratch copy of the course (the
-config file and ``source/``), so the repository's own gradebook is never touched.
+Both run ``nbgrader generate_assignment`` in scratch copies of the course (the config file
+and ``source/``; one per core, the assignments shared out between them), so the repository's
+own gradebook is never touched.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,24 +28,35 @@ def _scratch_course(course: Path, tmp: Path) -> Path:
     return root
 
 
-def generate_all(course: Path, names: list[str] | None, tmp: Path) -> Path:
-    """Generate the release of ``names`` (default: all) in a scratch copy; return its root."""
-    root = _scratch_course(course, tmp)
-    for name in names or assignments(course):
-        generate_release(name, root)
-    return root
+def generate_all(course: Path, names: list[str] | None, tmp: Path) -> dict[str, Path]:
+    """Generate the release of ``names`` (default: all) in scratch copies of the course, one
+    per core, each with its own gradebook; return each assignment's generated folder."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = names or assignments(course)
+    jobs = max(1, min(len(names), os.cpu_count() or 1))
+    groups = [names[i::jobs] for i in range(jobs)]
+
+    def generate(i: int) -> dict[str, Path]:
+        (tmp / str(i)).mkdir()
+        root = _scratch_course(course, tmp / str(i))
+        return {name: generate_release(name, root) for name in groups[i]}
+
+    with ThreadPoolExecutor(jobs) as pool:
+        done = list(pool.map(generate, range(jobs)))
+    return {name: folder for folders in done for name, folder in folders.items()}
 
 
 def regenerate(course: Path, names: list[str] | None = None) -> list[str]:
     """Replace ``release/NAME`` for each assignment with freshly generated files."""
     names = names or assignments(course)
     with tempfile.TemporaryDirectory() as tmp:
-        root = generate_all(course, names, Path(tmp))
+        generated = generate_all(course, names, Path(tmp))
         for name in names:
             target = course / "release" / name
             if target.exists():
                 shutil.rmtree(target)
-            shutil.copytree(root / "release" / name, target)
+            shutil.copytree(generated[name], target)
     return names
 
 
@@ -71,9 +84,9 @@ def check_release(course: Path, names: list[str] | None = None) -> list[str]:
     names = names or assignments(course)
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = generate_all(course, names, Path(tmp))
+        generated = generate_all(course, names, Path(tmp))
         for name in names:
-            fresh = _files(root / "release" / name)
+            fresh = _files(generated[name])
             have = _files(course / "release" / name)
             for rel in sorted(set(fresh) - set(have)):
                 problems.append(f"release/{name}/{rel} is missing")
