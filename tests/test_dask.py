@@ -113,6 +113,7 @@ def test_no_scheduler_refuses_plainly(tmp_path, local):
                           env=nbgrader_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "cannot reach the Dask scheduler" in proc.stderr and "Traceback" not in proc.stderr
+    assert "nothing listens at 127.0.0.1:9" in proc.stderr  # said at once, not after retries
 
 
 def test_a_worker_that_cannot_sandbox_says_so(tmp_path):

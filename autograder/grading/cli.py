@@ -262,6 +262,28 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     return GradeResult(outcomes, elapsed, report, code, stopped_by, conv.calibration_note)
 
 
+def _refused(address: str) -> str | None:
+    """Why a TCP scheduler address certainly has no scheduler (nothing listens there), or
+    None: reachable, or not a plain ``tcp://host:port`` to try."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "tcp" or not host or not port:
+        return None
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return f"nothing listens at {host}:{port} (connection refused)"
+    except OSError:
+        return None  # slow or unresolvable: Dask's own timeout decides
+    return None
+
+
 def _dask_client(scheduler: str, sandbox: bool):
     """Connect to the cluster and make sure every worker can grade (else refuse)."""
     try:
@@ -273,6 +295,9 @@ def _dask_client(scheduler: str, sandbox: bool):
 
     kwargs = {"scheduler_file": scheduler} if os.path.isfile(scheduler) else \
         {"address": scheduler}
+    refused = _refused(scheduler) if "address" in kwargs else None
+    if refused:  # Dask would retry for the whole timeout; nothing is there to answer
+        raise GradeRefused(f"cannot reach the Dask scheduler {scheduler}: {refused}")
     try:
         client = Client(timeout=15, **kwargs)
     except Exception as exc:
