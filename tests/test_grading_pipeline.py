@@ -3,16 +3,20 @@
 For each assignment, in a scratch copy of the course: ``nbgrader generate_assignment``,
 then submissions built from the release notebook (solved, untouched, half solved,
 and two that tamper with torch or the checks), ``nbgrader autograde``, and the
-scores read back with ``nbgrader.api.Gradebook``.
+scores read back with ``nbgrader.api.Gradebook``. The same submissions are graded by
+``autograder grade`` (in a copy of the course made before) and must get stock nbgrader's
+scores and outputs; the Chinese edition's are graded by ``autograder grade`` only, and must
+get the same scores. The runs go three at a time (see ``_Gradings``).
 """
 
 from __future__ import annotations
 
 import html as html_lib
 import re
+import shutil
 import subprocess
 import sys
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import nbformat
 import pytest
@@ -91,60 +95,100 @@ def _submit_all(course, assignment, release=RELEASE):
         submission(assignment, solve=set(), release=release), TAMPER_CHECKS))
 
 
-_ZH: dict[str, dict] = {}   # assignment -> the Chinese edition's grading (see graded_zh)
 #: a Chinese learner's wrong answer: water predicted not to be a leaf ("leaf means trainable")
 WRONG_IN_CHINESE = ("01_leaves", 'q1_is_leaf["water"] = False', "q1_tricky",
                     "leaf_means_trainable")
 
 
-def _grade_chinese_edition(assignment: str, tmp, out: dict) -> None:
-    """The same five submissions in the Chinese edition (zh-CN/), graded by the fast grader
-    (``autograder grade``, itself proven equal to stock nbgrader in test_grade_cli.py), with
-    one worker: it runs beside stock nbgrader's English autograde, one core each."""
-    try:
-        course = make_course(tmp, ZH / "source")
+def _grade(course, assignment: str, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--quiet",
+               *args, *SANDBOX_ARGS]
+    return subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
+                          text=True, timeout=1200)
+
+
+class _Gradings:
+    """Every grading this module checks, run three at a time (their kernels often wait, so
+    two cores keep busier than with two) from its first test on: for each assignment, stock ``nbgrader autograde`` of the five English submissions,
+    ``autograder grade`` of the same course copied before (the fast grader, compared with
+    stock here), and ``autograder grade`` of the Chinese edition (the same answers in
+    zh-CN/; proven equal through the fast grader rather than a second stock run). A test
+    waits for the runs it reads, and gets their error if one failed."""
+
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="grading")
+        self.runs: dict[str, dict[str, Future]] = {}
+        for a in assignments():
+            prepared = self._pool.submit(self._prepare, a)
+            self.runs[a] = {
+                "prepared": prepared,
+                "chinese": self._pool.submit(self._chinese, a),
+                "stock": self._pool.submit(self._stock, a, prepared),
+                "fast": self._pool.submit(self._fast, a, prepared),
+            }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _prepare(self, assignment):
+        course = make_course(self._tmp.mktemp(assignment))
+        nbgrader("generate_assignment", assignment, "--force", course=course)
+        _submit_all(course, assignment)
+        copy = self._tmp.mktemp(f"{assignment}-fast") / "course"
+        shutil.copytree(course, copy)
+        return course, copy
+
+    def _stock(self, assignment, prepared):
+        course, _ = prepared.result()
+        proc = nbgrader("autograde", assignment, "--force", course=course)
+        return course, read_scores(course, assignment), proc
+
+    def _fast(self, assignment, prepared):
+        _, copy = prepared.result()
+        # two workers (the calibration of cell limits is tested in test_grade_cli.py)
+        proc = _grade(copy, assignment, "--workers", "2", "--no-calibrate")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return copy, read_scores(copy, assignment), proc
+
+    def _chinese(self, assignment):
+        course = make_course(self._tmp.mktemp(f"{assignment}-zh"), ZH / "source")
         nbgrader("generate_assignment", assignment, "--force", course=course)
         _submit_all(course, assignment, ZH / "release")
         if assignment == WRONG_IN_CHINESE[0]:
             submit(course, "wrong", assignment, planted(
                 assignment, extra={"q1_answer": [WRONG_IN_CHINESE[1]]}, release=ZH / "release"))
-        command = [sys.executable, "-m", "autograder", "grade", assignment, "--force",
-                   "--workers", "1", "--no-calibrate", *SANDBOX_ARGS]
-        proc = subprocess.run(command, cwd=course, env=nbgrader_env(), capture_output=True,
-                              text=True, timeout=1200)
-        out.update(course=course, proc=proc,
-                   scores=read_scores(course, assignment) if proc.returncode == 0 else None)
-    except BaseException as exc:  # noqa: BLE001 -- reported by the test that reads it
-        out["error"] = exc
-
-
-@pytest.fixture(scope="module", params=assignments())
-def graded(request, tmp_path_factory):
-    assignment = request.param
-    zh = _ZH[assignment] = {}
-    chinese = threading.Thread(target=_grade_chinese_edition,
-                               args=(assignment, tmp_path_factory.mktemp(f"{assignment}-zh"), zh))
-    chinese.start()
-    try:
-        course = make_course(tmp_path_factory.mktemp(assignment))
-        nbgrader("generate_assignment", assignment, "--force", course=course)
-        _submit_all(course, assignment)
-        proc = nbgrader("autograde", assignment, "--force", course=course)
-        scores = read_scores(course, assignment)
-    finally:
-        chinese.join()
-    return assignment, course, scores, proc
+        proc = _grade(course, assignment, "--workers", "1", "--no-calibrate")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return course, read_scores(course, assignment), proc
 
 
 @pytest.fixture(scope="module")
-def graded_zh(graded):
-    """The Chinese edition's grading of the same answers (started by ``graded``)."""
-    zh = _ZH[graded[0]]
-    if "error" in zh:
-        raise zh["error"]
-    proc = zh["proc"]
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return graded[0], zh["course"], zh["scores"], proc
+def gradings(tmp_path_factory):
+    runs = _Gradings(tmp_path_factory)
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="module", params=assignments())
+def graded(request, gradings):
+    """Stock nbgrader's grading of the five English submissions."""
+    course, scores, proc = gradings.runs[request.param]["stock"].result()
+    return request.param, course, scores, proc
+
+
+@pytest.fixture(scope="module")
+def graded_zh(graded, gradings):
+    """The Chinese edition's grading of the same answers, by the fast grader."""
+    course, scores, proc = gradings.runs[graded[0]]["chinese"].result()
+    return graded[0], course, scores, proc
+
+
+@pytest.fixture(scope="module")
+def graded_fast(graded, gradings):
+    """The fast grader's grading of the same English submissions (a copy of the course)."""
+    course, scores, proc = gradings.runs[graded[0]]["fast"].result()
+    return graded[0], course, scores, proc
 
 
 def test_the_chinese_edition_earns_the_same_scores_cell_by_cell(graded, graded_zh):
@@ -292,30 +336,17 @@ def test_torch_warnings_do_not_zero_a_correct_answer(tmp_path):
     assert scores["bob"].score == 0
 
 
-def test_autograder_grade_gives_stock_scores(graded):
-    """``autograder grade`` (parallel, sandboxed) re-grades the same submissions: identical
+def test_autograder_grade_gives_stock_scores(graded, graded_fast):
+    """``autograder grade`` (two workers, sandboxed) grades the same submissions: identical
     per-cell scores in the gradebook, and every cell of every autograded notebook shows
-    what it showed under stock nbgrader (outputs, tracebacks, execution counts).
-    (Last in this file: it rewrites autograded/.)"""
-    import subprocess
-    import sys
-
-    from autograder.grading.sandbox import sandbox_problem
-    from autograder.pipeline import nbgrader_env
-
+    what it showed under stock nbgrader (outputs, tracebacks, execution counts)."""
     assignment, course, stock, _ = graded
+    _, copy, ours, proc = graded_fast
     name = notebook_path(assignment).name
-    shown = {s: executed_outputs(course / "autograded" / s / assignment / name) for s in stock}
-    sandbox = [] if sandbox_problem() is None else ["--no-sandbox"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "autograder", "grade", assignment, "--force", "--workers", "2",
-         "--quiet", *sandbox],
-        cwd=course, env=nbgrader_env(), capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ours = read_scores(course, assignment)
     assert {s: (v.score, v.per_cell) for s, v in ours.items()} == \
-        {s: (v.score, v.per_cell) for s, v in stock.items()}
-    for student, cells in shown.items():
-        again = executed_outputs(course / "autograded" / student / assignment / name)
+        {s: (v.score, v.per_cell) for s, v in stock.items()}, proc.stdout[-3000:]
+    for student in stock:
+        cells = executed_outputs(course / "autograded" / student / assignment / name)
+        again = executed_outputs(copy / "autograded" / student / assignment / name)
         differ = [(a, b) for a, b in zip(cells, again, strict=True) if a != b]
         assert not differ, f"{student}: {differ[0][0]}\n!=\n{differ[0][1]}"
