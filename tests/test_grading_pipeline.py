@@ -108,12 +108,16 @@ def _grade(course, assignment: str, *args: str) -> subprocess.CompletedProcess:
 
 
 class _Gradings:
-    """Every grading this module checks, run three at a time (their kernels often wait, so
-    two cores keep busier than with two) from its first test on: for each assignment, stock ``nbgrader autograde`` of the five English submissions,
-    ``autograder grade`` of the same course copied before (the fast grader, compared with
-    stock here), and ``autograder grade`` of the Chinese edition (the same answers in
-    zh-CN/; proven equal through the fast grader rather than a second stock run). A test
-    waits for the runs it reads, and gets their error if one failed."""
+    """Every grading this module checks, from its first test on, three at a time (their
+    kernels often wait, so two cores keep busier than with two). For each assignment:
+
+    * stock ``nbgrader autograde`` of the five English submissions;
+    * ``autograder grade`` of the same course, copied before (the fast grader, compared
+      with stock here);
+    * ``autograder grade`` of the Chinese edition (the same answers in zh-CN/; proven equal
+      through the fast grader rather than a second stock run).
+
+    A test waits for the runs it reads, and gets their error if one failed."""
 
     def __init__(self, tmp_path_factory):
         self._tmp = tmp_path_factory
