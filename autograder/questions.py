@@ -235,16 +235,26 @@ def learner_namespace() -> dict[str, Any]:
     }
 
 
-def define_learner(fn: LearnerFunction):
-    """The learner's function, defined from its source in a fresh :func:`learner_namespace`.
+def define_learner(fn: LearnerFunction, extra: dict[str, Any] | None = None):
+    """The learner's function, defined from its source under :mod:`autograder.restricted`:
+    it computes with torch exactly as in the learner's kernel, and cannot reach the checker.
+    ``extra``: more names its code may use (its own definitions take precedence).
 
-    Raises :class:`LearnerCodeError` for a syntax error or a failing definition.
+    Raises :class:`LearnerCodeError` for a syntax error, code the restrictions refuse, or a
+    failing definition.
     """
-    namespace = learner_namespace()
+    from autograder import restricted
+
     try:
-        code = compile(fn.source, f"<your function {fn.name}>", "exec")
+        code = restricted.compile_function(fn.source, f"<your function {fn.name}>")
+        namespace = restricted.namespace()
+        for key, value in (extra or {}).items():  # never the guards or the builtins
+            if not key.startswith("_"):
+                namespace.setdefault(key, value)
         exec(code, namespace)  # noqa: S102 -- running the learner's code is the point
         return namespace[fn.name]
+    except restricted.RefusedCode as exc:
+        raise LearnerCodeError(str(exc), "RefusedCode") from None
     except Exception as exc:  # a syntax error, a failing decorator, a misnamed function
         raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
 

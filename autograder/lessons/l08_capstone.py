@@ -224,10 +224,8 @@ def run_piece(fn: LearnerFunction, call: Callable[[dict, dict], dict]) -> dict:
     learner's function is a :class:`LearnerCodeError` (scored and diagnosed by the shared
     code); a result that cannot be measured gives the fact ``unusable``.
     """
-    learner = define_learner(fn)
     ns = reference_namespace()
-    for key, value in ns.items():
-        learner.__globals__.setdefault(key, value)
+    learner = define_learner(fn, extra=ns)
 
     def guarded(*args, **kwargs):
         try:
