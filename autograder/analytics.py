@@ -203,32 +203,65 @@ def _text(value) -> str:
 
 
 def read_verdicts(path: Path) -> tuple[dict[str, list[tuple[dict, str]]], list[str]]:
-    """Each graded cell's displayed verdicts (data and the text shown with it), in notebook
-    order, from an ``autograded/`` notebook. Raises ``ValueError`` if it cannot be read."""
+    """Each graded cell's verdicts (data and the text shown with it), in notebook order, from
+    an ``autograded/`` notebook. Where ``autograder grade`` verified the cell (its record in
+    the cell's metadata, written by the driver), the verdicts of the grader's own checker,
+    with no text; else those the cell displayed (a notebook graded by stock nbgrader). Raises
+    ``ValueError`` if the notebook cannot be read."""
+    found: dict[str, list[tuple[dict, str]]] = {}
+    order: list[str] = []
+    for gid, cell in _graded_cells(path):
+        order.append(gid)
+        verified = _verified(cell)
+        if verified is not None:
+            verdicts = verified.get("verdicts")
+            if isinstance(verdicts, list):
+                found[gid] = [(v, "") for v in verdicts if isinstance(v, dict)]
+            continue
+        for out in cell.get("outputs") or []:
+            data = out.get("data") if isinstance(out, dict) else None
+            if isinstance(data, dict) and isinstance(data.get(MIME_TYPE), dict):
+                found.setdefault(gid, []).append(
+                    (data[MIME_TYPE], _text(data.get("text/plain"))))
+    return found, order
+
+
+def read_unverified(path: Path) -> dict[str, str]:
+    """Graded cells that showed a pass ``autograder grade`` could not verify, and so scored 0
+    (grade id -> why). Raises ``ValueError`` if the notebook cannot be read."""
+    out = {}
+    for gid, cell in _graded_cells(path):
+        verified = _verified(cell)
+        if verified is not None and verified.get("overruled"):
+            out[gid] = str(verified.get("reason") or "")
+    return out
+
+
+def _verified(cell: dict) -> dict | None:
+    from autograder.grading.verify import METADATA_KEY
+
+    meta = (cell.get("metadata") or {}).get(METADATA_KEY)
+    return meta if isinstance(meta, dict) and "verified" in meta else None
+
+
+def _graded_cells(path: Path) -> list[tuple[str, dict]]:
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         cells = nb["cells"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{type(exc).__name__}: {exc}"[:200]) from None
-    found: dict[str, list[tuple[dict, str]]] = {}
-    order: list[str] = []
+    out = []
     try:
         for cell in cells if isinstance(cells, list) else []:
             if not isinstance(cell, dict):
                 continue
             meta = (cell.get("metadata") or {}).get("nbgrader") or {}
             gid = meta.get("grade_id")
-            if not (meta.get("grade") and not meta.get("solution") and isinstance(gid, str)):
-                continue
-            order.append(gid)
-            for out in cell.get("outputs") or []:
-                data = out.get("data") if isinstance(out, dict) else None
-                if isinstance(data, dict) and isinstance(data.get(MIME_TYPE), dict):
-                    found.setdefault(gid, []).append(
-                        (data[MIME_TYPE], _text(data.get("text/plain"))))
+            if meta.get("grade") and not meta.get("solution") and isinstance(gid, str):
+                out.append((gid, cell))
     except (AttributeError, TypeError) as exc:
         raise ValueError(f"not a notebook as nbgrader writes it ({exc})"[:200]) from None
-    return found, order
+    return out
 
 
 def _sane(v: Verdict) -> bool:
@@ -407,7 +440,10 @@ def collect(course: Course, assignment: str, drop: float = DEFAULT_DROP) -> Clas
             if not got:
                 lr.status = "failed"
                 lr.reasons.append(f"no verdict in the autograded notebook ({rel}): graded "
-                                  "before the checks recorded them? grade it again with --force")
+                                  "before the checks recorded them? grade it again with "
+                                  "`autograder grade --force`")
+            for gid, why in read_unverified(path).items():
+                lr.notes.append(f"{gid} scored 0: its check could not be verified ({why})")
             shown.update(got)
         if lr.status == "failed" and run.get("status") == "failed" and run.get("reason"):
             lr.reasons = [f"the grader could not grade it: {run['reason']}"]  # the cause

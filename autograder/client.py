@@ -31,6 +31,48 @@ class OracleUnavailable(RuntimeError):
     """The oracle process could not be started or stopped answering."""
 
 
+class CheckStopped(KeyboardInterrupt):
+    """A check was interrupted (the learner pressed stop, or a grader's cell limit hit) while
+    its answer was being computed: the oracle is told to stop it too, and IPython shows one
+    line, never a traceback through the course's code."""
+
+    def __init__(self, question: str | None):
+        from course.i18n import _
+
+        self.question = question or "?"
+        super().__init__(_("the check of {question} was stopped before torch's answer came "
+                           "back", question=self.question))
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mCheckStopped\x1b[0m: {self}"]
+
+
+class _Pipes:
+    """A channel to an oracle that someone else started (the grading worker's checker),
+    seen through the few ``subprocess.Popen`` members the client uses."""
+
+    pid = None
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.stdin = os.fdopen(write_fd, "w", buffering=1)
+        self.stdout = os.fdopen(read_fd, "r")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.returncode = 0 if self.returncode is None else self.returncode
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+        try:
+            self.stdin.close()
+        except OSError:
+            pass
+
+
 def _oracle_command(once: bool = False) -> list[str]:
     cmd = [sys.executable, "-I", "-m", "autograder.oracle"]
     return cmd + ["--once"] if once else cmd
@@ -47,6 +89,7 @@ class Oracle:
         self._workdir = tempfile.mkdtemp(prefix="autograder-oracle-")
         self._started = False
         self._settled: dict[str, str] = {}  # request (JSON) -> its verdict (JSON)
+        self._memo = True  # False when the oracle remembers verdicts itself (when grading)
 
     # -- process management
     def _alive(self) -> bool:
@@ -63,6 +106,7 @@ class Oracle:
         if self._alive():
             return
         self._replies = queue.Queue()
+        self._memo = True
         self._proc = (spawn or subprocess.Popen)(
             _oracle_command(),
             stdin=subprocess.PIPE,
@@ -79,14 +123,31 @@ class Oracle:
         threading.Thread(target=self._read, args=(self._proc, self._replies), daemon=True).start()
         self._send({"op": "ping", "id": 0, "preload": preload or []})
 
+    def attach(self, read_fd: int, write_fd: int, preload: list[str] | None = None) -> None:
+        """Use an oracle started by someone else, reached through two descriptors: the
+        grading worker's checker, which records every verdict for the driver and remembers
+        settled ones itself (so this kernel asks it again rather than answering from its own
+        memory). If it goes away, the next check starts an oracle of its own."""
+        self._replies = queue.Queue()
+        self._proc = _Pipes(read_fd, write_fd)  # type: ignore[assignment]
+        self._started = False
+        self._memo = False
+        threading.Thread(target=self._read, args=(self._proc, self._replies), daemon=True).start()
+        self._send({"op": "ping", "id": 0, "preload": preload or []})
+
     @staticmethod
     def _read(proc: subprocess.Popen, replies: queue.Queue) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                replies.put(json.loads(line))
-            except ValueError:
-                continue
+        try:
+            for line in proc.stdout:
+                try:
+                    replies.put(json.loads(line))
+                except ValueError:
+                    continue
+        except (OSError, ValueError):
+            pass
+        if isinstance(proc, _Pipes) and proc.returncode is None:
+            proc.returncode = -1
         replies.put(None)  # the process ended
 
     def _send(self, message: dict) -> None:
@@ -121,7 +182,7 @@ class Oracle:
         if not hasattr(os, "fork"):
             return self._ask_once(request, timeout)
         try:
-            key = json.dumps(request)
+            key = json.dumps(request) if self._memo else None
         except (TypeError, ValueError):
             key = None
         with self._lock:
@@ -137,7 +198,11 @@ class Oracle:
                     self._proc = None
                     continue
                 wait = timeout + 5.0 + (START_ALLOWANCE if not self._started else 0.0)
-                reply = self._wait_for(rid, wait)
+                try:
+                    reply = self._wait_for(rid, wait)
+                except KeyboardInterrupt:
+                    self._cancel(rid)
+                    raise CheckStopped(request.get("question")) from None
                 if reply is not None:
                     self._started = True
                     verdict = reply["verdict"]
@@ -152,6 +217,13 @@ class Oracle:
         raise OracleUnavailable(
             "the checker process did not answer; restart the kernel and run the notebook again"
         )
+
+    def _cancel(self, rid: int) -> None:
+        """Tell the oracle to stop request ``rid`` (its late reply is then ignored)."""
+        try:
+            self._send({"op": "cancel", "id": next(self._ids), "target": rid})
+        except (OSError, ValueError, AssertionError):
+            pass
 
     def _wait_for(self, rid: int, wait: float) -> dict | None:
         while True:

@@ -347,7 +347,7 @@ def test_a_hanging_answer_times_out_and_the_oracle_keeps_working():
 
 
 def test_an_answer_that_kills_its_process_gets_a_clear_verdict():
-    src = "def weigh_parcels():\n    import os\n    os._exit(3)\n"
+    src = "def weigh_parcels():\n    raise SystemExit(3)\n"
     verdict = client.oracle().ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
                                    "answer": _fn(src)})
     assert "exited with code 3" in verdict["findings"][0]["text"]
@@ -494,3 +494,103 @@ def test_functions_travel_as_source():
 def test_lesson_modules_import_without_side_effects():
     for a in ASSIGNMENTS:
         importlib.import_module(f"autograder.lessons.l{a}")
+
+
+HANG = "def weigh_parcels():\n    while True:\n        pass\n"
+
+
+def test_an_interrupted_check_is_stopped_in_the_checker_too():
+    """Interrupting a kernel that waits for a check (the learner's stop button, or a grader's
+    cell limit) raises one line, no traceback through the course, and stops the check in the
+    oracle: the next check is answered at once, not after the runaway one's 20 s."""
+    import signal
+
+    oracle = client.oracle()
+    oracle.forget()
+    assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0  # started
+    timer = threading.Timer(1.0, signal.pthread_kill,
+                            args=(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    with pytest.raises(client.CheckStopped) as stopped:
+        oracle.ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
+                    "answer": _fn(HANG)})
+    shown = stopped.value._render_traceback_()
+    assert len(shown) == 1 and "q11" in shown[0] and "/" not in shown[0]
+    t0 = time.monotonic()
+    assert client.ask("01_leaves", "q6", [0.5, 0.5])["score"] == 0
+    assert time.monotonic() - t0 < 5
+
+
+def _service():
+    """The grader's checker as the grading worker runs it: requests on stdin, verdicts on
+    stdout, the driver's control channel on fd 3 and its records on fd 4."""
+    import os
+    import subprocess
+    import sys
+
+    ctl_r, ctl_w = os.pipe()
+    log_r, log_w = os.pipe()
+    code = ("import os; os.dup2(int(os.environ['CTL']), 3); os.dup2(int(os.environ['LOG']), 4);"
+            "from autograder import oracle; oracle.serve(control=3, log=4)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, bufsize=1,
+                            pass_fds=(ctl_r, log_w),
+                            env={**os.environ, "CTL": str(ctl_r), "LOG": str(log_w)})
+    os.close(ctl_r)
+    os.close(log_w)
+    control = os.fdopen(ctl_w, "w", buffering=1)
+    records = os.fdopen(log_r, "r")
+    ids = iter(range(1, 1000))
+
+    def ask(answer, qid="q6", timeout=20.0):
+        rid = next(ids)
+        proc.stdin.write(json.dumps({"op": "evaluate", "id": rid, "lesson": "01_leaves",
+                                     "question": qid, "answer": answer,
+                                     "timeout": timeout}) + "\n")
+        while True:
+            reply = json.loads(proc.stdout.readline())
+            if reply.get("id") == rid:
+                return reply["verdict"]
+
+    def cell(tag, limit, run):
+        control.write(json.dumps({"begin": tag, "limit": limit}) + "\n")
+        assert json.loads(records.readline()) == {"began": tag}  # the window is open
+        out = run()
+        control.write(json.dumps({"end": tag}) + "\n")
+        return out, json.loads(records.readline())
+
+    def close():
+        proc.stdin.close()
+        control.close()
+        proc.wait(timeout=10)
+
+    return proc, ask, cell, close
+
+
+def test_the_graders_checker_records_each_cells_checks():
+    """What the driver scores from: per cell, every verdict the checker gave during it, with
+    the answer's digest; settled verdicts remembered by the checker (not the kernel) and
+    recorded again in the cell that asks; a check given at most its cell's time left."""
+    proc, ask, cell, close = _service()
+    try:
+        proc.stdin.write(json.dumps({"op": "ping", "id": 0, "preload": ["01_leaves"]}) + "\n")
+        assert json.loads(proc.stdout.readline())["pong"]
+        verdict, first = cell("a", 30.0, lambda: ask([1.0, 1.0]))
+        assert verdict["passed"] and first["cell"] == "a"
+        [record] = first["records"]
+        assert (record["question"], record["status"], record["verdict"]["passed"]) == \
+            ("q6", "answered", True)
+        _, again = cell("b", 30.0, lambda: ask([1.0, 1.0]))
+        assert [r["status"] for r in again["records"]] == ["remembered"]
+        assert again["records"][0]["answer"] == record["answer"]
+        _, other = cell("c", 30.0, lambda: (ask([1.0, 1.0]), ask([0.5, 0.5])))
+        assert len({r["answer"] for r in other["records"]}) == 2
+        t0 = time.monotonic()
+        verdict, capped = cell("d", 2.0, lambda: ask(_fn(HANG), "q11"))
+        assert time.monotonic() - t0 < 5  # not the check's own 20 s
+        assert "longer than 0.5 s" in verdict["findings"][0]["text"]
+        assert capped["records"][0]["status"] == "timeout"
+        _, between = cell("e", 30.0, lambda: None)
+        assert between["records"] == []  # nothing carried over from another cell
+    finally:
+        close()

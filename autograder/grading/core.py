@@ -34,6 +34,8 @@ class Item:
 @dataclass
 class Executed:
     notebooks: dict[str, NotebookNode] = field(default_factory=dict)  # name -> executed
+    # name -> graded cell's grade id -> what the submission's checker recorded while it ran
+    checks: dict[str, dict[str, dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # graded, but worth a look
     errors: list[str] = field(default_factory=list)  # a notebook that could not be executed
     seconds: float = 0.0
@@ -72,10 +74,11 @@ def execute(worker: Worker, limits: Limits, cell_limits: CellLimits | None, conf
         try:
             executed, _ = ep.preprocess(item.notebook, {"metadata": {"path": item.folder}})
             out.notebooks[name] = executed
+            out.checks[name] = ep.checks
             for index in ep.timed_out:
                 limit, why = ep.limit_of.get(index, (ep.timeout, "the configured timeout"))
-                out.notes.append(f"{name}: cell {index} ran longer than its limit of "
-                                 f"{limit:g} s ({why}) and was interrupted")
+                out.notes.append(f"{name}: {describe_cell(executed, index)} ran longer than its "
+                                 f"limit of {limit:g} s ({why}) and was interrupted")
             if ep.stopped:
                 out.notes.append(f"{name}: {ep.stopped}; the cells after it score 0")
             if ep.output_dropped:
@@ -89,6 +92,36 @@ def execute(worker: Worker, limits: Limits, cell_limits: CellLimits | None, conf
                 worker.stop()  # restarted for the next submission
             out.seconds += time.monotonic() - t0
     return out
+
+
+def describe_cell(nb: NotebookNode, index: int) -> str:
+    """A cell as the instructor finds it: ``Q7, graded part "monitor"`` (a graded cell), ``the
+    answer cell q7_answer``, or ``cell 61 (after Q6, graded part "main")``."""
+    from autograder.grading.verify import expected_checks, label
+
+    def graded(cell) -> str | None:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code" or not meta.get("grade_id"):
+            return None
+        if meta.get("grade") and not meta.get("solution"):
+            checks = expected_checks(cell.get("source", ""))
+            if checks:
+                return label(checks[0].question, checks[0].part)
+            return f"graded cell {meta['grade_id']}"
+        if meta.get("solution"):
+            return f"the answer cell {meta['grade_id']}"
+        return None
+
+    cells = nb.cells
+    if 0 <= index < len(cells):
+        here = graded(cells[index])
+        if here:
+            return here
+        for before in range(index - 1, -1, -1):
+            name = graded(cells[before])
+            if name:
+                return f"cell {index} (after {name})"
+    return f"cell {index}"
 
 
 def folder_files(folder: Path) -> dict[str, Path]:

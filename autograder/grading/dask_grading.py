@@ -109,8 +109,8 @@ def execute_task(setup: dict, cell_limits: dict | None, config: dict,
     except Exception:
         where = ""
     return {"notebooks": {n: nbformat.writes(nb) for n, nb in result.notebooks.items()},
-            "notes": result.notes, "errors": result.errors, "seconds": result.seconds,
-            "worker": where}
+            "checks": result.checks, "notes": result.notes, "errors": result.errors,
+            "seconds": result.seconds, "worker": where}
 
 
 def payload(items: list[core.Item]) -> list[dict]:
@@ -126,6 +126,7 @@ def payload(items: list[core.Item]) -> list[dict]:
 def result_of(data: dict) -> core.Executed:
     return core.Executed(
         notebooks={n: nbformat.reads(text, as_version=4) for n, text in data["notebooks"].items()},
+        checks=dict(data.get("checks") or {}),
         notes=list(data["notes"]), errors=list(data["errors"]), seconds=float(data["seconds"]))
 
 

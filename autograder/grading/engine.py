@@ -52,6 +52,7 @@ from nbgrader.preprocessors import (
     Execute,
     NbGraderPreprocessor,
     OverwriteCells,
+    SaveAutoGrades,
 )
 from nbgrader.utils import rmtree
 from traitlets.config import Config
@@ -61,6 +62,7 @@ from autograder.grading.calibrate import CellLimits, measure
 from autograder.grading.report import Outcome
 from autograder.grading.sandbox import Limits, Worker
 from autograder.grading.state import Ledger, crash_point, fingerprint, fully_scored
+from autograder.grading.verify import VerifyChecks
 
 MAX_NOTEBOOK_BYTES = 50 << 20  # a bigger submitted notebook is not read at all
 MAX_EXTRA_FILE_BYTES = 50 << 20  # a bigger extra file is not copied to autograded/
@@ -139,6 +141,79 @@ def _reuse_gradebook_engines() -> None:
 
     if not isinstance(api.create_engine, _OneEnginePerDatabase):
         api.create_engine = _OneEnginePerDatabase(api.create_engine)
+
+
+# ------------------------------------------------------------------------- calibration
+def calibration_cache(root: Path, assignment: str) -> Path:
+    return root / "grade-reports" / ".calibration" / f"{assignment}.json"
+
+
+def calibration_key(src: Path, notebooks: list[str], assignment: str, where: str) -> str:
+    """What the solution's cell times depend on: its notebooks, the lesson's checks, this
+    machine (or cluster), the Python and torch that run them."""
+    import hashlib
+    import importlib.util
+    import platform
+
+    h = hashlib.sha256()
+    for name in sorted(notebooks):
+        h.update((src / f"{name}.ipynb").read_bytes())
+    spec = importlib.util.find_spec(f"autograder.lessons.l{assignment}")
+    if spec is not None and spec.origin and os.path.exists(spec.origin):
+        h.update(Path(spec.origin).read_bytes())
+    try:
+        from importlib.metadata import version
+
+        torch_version = version("torch")
+    except Exception:
+        torch_version = "?"
+    h.update(f"{platform.node()}|{where}|{platform.python_version()}|{torch_version}|"
+             f"{os.cpu_count()}".encode())
+    return h.hexdigest()
+
+
+def read_calibration(path: Path, key: str) -> dict[str, float] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    measured = data.get("measured")
+    if not isinstance(measured, dict):
+        return None
+    return {str(k): float(v) for k, v in measured.items() if isinstance(v, int | float)}
+
+
+def write_calibration(path: Path, key: str, measured: dict[str, float]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "measured": measured,
+                                   "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                  indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only the next run's time is lost
+
+
+def solution_unverified(result: core.Executed) -> list[str]:
+    """The solution's graded cells whose checks the grader's checker did not pass."""
+    from autograder.grading.verify import expected_checks, judge
+
+    out = []
+    for name, nb in result.notebooks.items():
+        records = result.checks.get(name, {})
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            expected = expected_checks(cell.source)
+            if expected:
+                verdict = judge(expected, records.get(meta["grade_id"]))
+                if not verdict.ok:
+                    out.append(f"{name} {meta['grade_id']}: {verdict.reason}")
+    return out
 
 
 # ----------------------------------------------------------------------------- repairs
@@ -236,6 +311,23 @@ class Replay(NbGraderPreprocessor):
         return self.executed, resources
 
 
+def unverified_note(notebook: str, lost: list[tuple[str, str]]) -> str:
+    """One reason for the graded cells of a notebook that lost their points to verification:
+    ``01_leaves.ipynb: 13 graded cells scored 0, their checks could not be verified: Q1,
+    graded part "basics": no check of it reached ...; ...`` (the same explanation once)."""
+    by_reason: dict[str, list[str]] = {}
+    for _gid, reason in lost:
+        what, _sep, why = reason.partition(": ")
+        by_reason.setdefault(why, []).append(what)
+    parts = [f"{'; '.join(whats)}: {why}" if len(whats) > 1 else f"{whats[0]}: {why}"
+             for why, whats in by_reason.items()]
+    n = len(lost)
+    head = "1 graded cell scored 0" if n == 1 else f"{n} graded cells scored 0"
+    return f"{notebook}: {head}, its check could not be verified: " + " | ".join(parts) \
+        if n == 1 else f"{notebook}: {head}, their checks could not be verified: " + \
+        " | ".join(parts)
+
+
 # ------------------------------------------------------------------- warnings -> reasons
 _REASONS = [
     (re.compile(r"Locked cell (\S+) was edited"),
@@ -253,7 +345,7 @@ _REASONS = [
 ]
 # a changed checksum is what every cell with hidden tests shows (see ReportEditedCells)
 _IGNORED = re.compile(r"seconds late|Removing existing|Updating existing|Removing failed"
-                      r"|Attribute 'checksum'")
+                      r"|Attribute 'checksum'|No notebooks found")
 
 
 def reason_from_log(message: str) -> str | None:
@@ -350,6 +442,8 @@ class Job:
     fingerprint: str = ""  # of the submitted files being graded (see state.Ledger)
     abandoned: bool = False  # its worker was killed by a second Ctrl-C: roll it back
     executed: dict[str, nbformat.NotebookNode] = field(default_factory=dict)
+    # sanitized path -> graded cell's grade id -> the submission's checker's record of it
+    checks: dict[str, dict[str, dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     busy: float = 0.0  # seconds spent preparing, executing and scoring (not waiting)
@@ -370,6 +464,7 @@ class ParallelAutograde(Autograde):
         self.calibration = calibrate
         self.cell_limits: CellLimits | None = None
         self.calibration_note = ""
+        self.solution_unverified: list[str] = []
         self.workers = workers
         self.limits = limits
         self.only_students = set(students) if students else None
@@ -377,6 +472,9 @@ class ParallelAutograde(Autograde):
         self.outcomes: list[Outcome] = []
         self.problem_folders: dict[str, str] = {}  # submission folder -> why it has no notebook
         self._replay = None
+        self._checks: dict[str, dict] | None = None  # of the notebook being scored
+        self._on_unverified = None
+        self.verifications: dict = {}  # of the notebook last scored: grade id -> Verification
         self._add_missing = True
         self.ledger: Ledger | None = None
         self._fingerprint = ""
@@ -416,8 +514,14 @@ class ParallelAutograde(Autograde):
             for pp in self.autograde_preprocessors:
                 if isinstance(pp, type) and issubclass(pp, Execute):
                     preprocessors.append(Replay(self._replay, parent=self.exporter))
-                else:
-                    preprocessors.append(pp)
+                    continue
+                if self._checks is not None and (pp is SaveAutoGrades or (
+                        isinstance(pp, type) and issubclass(pp, SaveAutoGrades))):
+                    verify = VerifyChecks(self._checks, self._on_unverified,
+                                          parent=self.exporter)
+                    self.verifications = verify.results
+                    preprocessors.append(verify)
+                preprocessors.append(pp)
         for pp in preprocessors:
             self.exporter.register_preprocessor(pp)
 
@@ -579,9 +683,12 @@ class ParallelAutograde(Autograde):
         assert self.ledger is not None
         self._fingerprint = fingerprint(Path(folder), leave_out)
         if not self.notebooks:
-            outcome.fail("no gradable notebook in the submission"
-                         + (f" (expected {', '.join(k + '.ipynb' for k in known)})"
-                            if known else ""))
+            expected = f" (expected {', '.join(k + '.ipynb' for k in known)})" if known else ""
+            if not self.assignments[folder]:
+                # no notebook at all: stock nbgrader records nothing for it, nor do we
+                outcome.fail(f"no gradable notebook in the submission: no .ipynb file{expected}")
+                return None
+            outcome.fail(f"no gradable notebook in the submission{expected}")
             self.ledger.begin(assignment, student, self._fingerprint)
             self._zero_missing(assignment, student)
             self.ledger.clear(assignment, student)
@@ -626,12 +733,17 @@ class ParallelAutograde(Autograde):
             self._add_missing = True
 
     def _zero_missing(self, assignment: str, student: str) -> None:
-        """Record the submission in the gradebook as stock nbgrader does (it then scores 0)."""
+        """Record the submission in the gradebook as stock nbgrader does (a notebook it could
+        not use: the submission exists, with no score); leave nothing in ``autograded/``."""
         try:
             super().init_assignment(assignment, student)
         except Exception:
             pass  # nbgrader's "No notebooks found"
         self._handle_failure(assignment, student, [])
+        try:  # the student's folder too, if this submission was all it held
+            os.rmdir(os.path.dirname(os.path.normpath(self._format_dest(assignment, student))))
+        except OSError:
+            pass
 
     # -- phase 2: score (driver)
     def _score(self, job: Job) -> None:
@@ -646,17 +758,25 @@ class ParallelAutograde(Autograde):
                 self._handle_failure(job.assignment, job.student, [sub_path], whole=False)
                 continue
             self._replay = executed
+            self._checks = job.checks.get(path, {})
+            name = os.path.basename(path)
+            lost: list[tuple[str, str]] = []
+            self._on_unverified = lambda gid, reason, lost=lost: lost.append((gid, reason))
             self._sanitizing = False
             self._init_preprocessors()
             try:
                 BaseConverter.convert_single_notebook(self, path)
                 graded_any = True
+                if lost:
+                    outcome.note(unverified_note(name, lost))
             except Exception as exc:
-                outcome.note(f"{os.path.basename(path)}: scoring failed: {exc!r}")
+                outcome.note(f"{name}: scoring failed: {exc!r}")
                 self._handle_failure(job.assignment, job.student, [sub_path], whole=False)
             finally:
                 self._sanitizing = True
                 self._replay = None
+                self._checks = None
+                self._on_unverified = None
         for err in job.errors:
             outcome.note(err)
         if not graded_any:
@@ -708,6 +828,7 @@ class ParallelAutograde(Autograde):
         by_name = {os.path.basename(p): p for p in job.sanitized}
         for name, nb in result.notebooks.items():
             job.executed[by_name[name]] = nb
+            job.checks[by_name[name]] = result.checks.get(name, {})
         job.notes.extend(result.notes)
         job.errors.extend(result.errors)
         job.busy += result.seconds
@@ -715,33 +836,53 @@ class ParallelAutograde(Autograde):
             job.abandoned = True
 
     def _calibrate(self, known: list[str]) -> None:
-        """Run the assignment's source notebooks once, as a submission; keep each cell's time."""
+        """Each cell's time in the solution, measured by running the assignment's source
+        notebooks once as a submission, on this machine (or this cluster); remembered in
+        ``grade-reports/.calibration/`` until the source or the lesson's checks change."""
         assert self.calibration is not None
         assignment = self.coursedir.assignment_id
         src = Path(self.coursedir.format_path(self.coursedir.source_directory, ".", assignment))
-        items = [core.Item(f"{name}.ipynb", nbformat.read(src / f"{name}.ipynb", as_version=4),
-                           core.folder_files(src), str(src)) for name in known]
+        cache = calibration_cache(Path(self.coursedir.root), assignment)
+        key = calibration_key(src, known, assignment,
+                              "dask " + str(self.dask.scheduler.address) if self.dask else "local")
         t0 = time.monotonic()
-        try:
-            result = self.run_calibration(items)
-            problems = result.errors + result.notes
-            if problems or len(result.notebooks) != len(items):
-                raise RuntimeError("; ".join(problems) or "not executed")
-        except Exception as exc:
-            self.calibration_note = (f"the solution could not be timed ({exc}); every cell "
-                                     f"has the configured limit")
-            self.log.warning("calibration failed: %s", exc)
-            return
-        measured: dict[str, float] = {}
-        for nb in result.notebooks.values():
-            measured.update(measure(nb))
+        measured = read_calibration(cache, key)
+        if measured is not None:
+            how = "measured earlier for this source, reused"
+        else:
+            items = [core.Item(f"{name}.ipynb", nbformat.read(src / f"{name}.ipynb",
+                                                              as_version=4),
+                               core.folder_files(src), str(src)) for name in known]
+            try:
+                result = self.run_calibration(items)
+                problems = result.errors + result.notes
+                if problems or len(result.notebooks) != len(items):
+                    raise RuntimeError("; ".join(problems) or "not executed")
+            except Exception as exc:
+                self.calibration_note = (f"the solution could not be timed ({exc}); every cell "
+                                         f"has the configured limit")
+                self.log.warning("calibration failed: %s", exc)
+                return
+            measured = {}
+            for nb in result.notebooks.values():
+                measured.update(measure(nb))
+            self.solution_unverified = solution_unverified(result)
+            if not self.solution_unverified:  # a solution that does not verify is re-run
+                write_calibration(cache, key, measured)
+            how = f"{time.monotonic() - t0:.1f} s to measure"
         self.cell_limits = CellLimits(measured, self.calibration.factor, self.calibration.floor,
                                       None)
         slowest = max(measured.values(), default=0.0)
         self.calibration_note = (
-            f"cell limits from the solution's times on this machine ({time.monotonic() - t0:.1f}"
-            f" s to measure; slowest cell {slowest:.2f} s): {self.calibration.factor:g} x each "
-            f"cell's time, at least {self.calibration.floor:g} s")
+            f"cell limits from the solution's times on this machine ({how}; slowest cell "
+            f"{slowest:.2f} s): {self.calibration.factor:g} x each cell's time, at least "
+            f"{self.calibration.floor:g} s")
+        if self.solution_unverified:
+            self.calibration_note += (
+                "\nWARNING: the solution's own graded cells do not all pass the grader's "
+                "checker, so honest work would lose their points too: "
+                + "; ".join(self.solution_unverified))
+            self.log.warning("solution does not verify: %s", self.solution_unverified)
 
     def run_calibration(self, items: list[core.Item]) -> core.Executed:
         """Execute the solution on the first local worker, or as a task on the cluster."""

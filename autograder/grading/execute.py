@@ -10,7 +10,12 @@ three additions that only change what happens where stock nbgrader would crash o
   error output saying why, so its tests score 0 and the rest of the notebook is still
   graded, where stock nbgrader abandons the whole submission;
 * outputs beyond a byte budget are dropped, keeping what grading looks at (errors,
-  the fact that something went to stderr, the first ``execute_result``).
+  the fact that something went to stderr, the first ``execute_result``);
+* the submission's checker (:class:`autograder.grading.zygote.Checker`) is told when each
+  code cell begins, with the cell's time limit, and when it ends, and the record of the checks
+  it answered during each graded cell is kept (:attr:`WorkerExecute.checks`) for
+  :mod:`autograder.grading.verify`: a check never outlives its cell and is given no more
+  than the cell's time left, so a runaway answer costs its own cell only.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class WorkerExecute(Execute):
         self.stopped: str | None = None  # why execution stopped early, if it did
         self.cells_run = 0
         self.output_dropped = 0
+        self.checks: dict[str, dict] = {}  # graded cell's grade id -> the checker's record
 
     # -- per-cell limits measured on this machine (autograder.grading.calibrate)
     def _get_timeout(self, cell):
@@ -87,6 +93,7 @@ class WorkerExecute(Execute):
         self._out_bytes = 0
         self.output_dropped = 0
         self._truncated_cells: set[int] = set()
+        self.checks = {}
         deadline = self.limits.notebook_timeout
         timer = threading.Timer(deadline, self.worker.kill_kernel,
                                 kwargs={"reason": f"the whole notebook took longer than "
@@ -111,6 +118,23 @@ class WorkerExecute(Execute):
         return "the kernel died"
 
     def preprocess_cell(self, cell, resources, index):
+        if self.stopped or cell.cell_type != "code":
+            return self._run_cell(cell, resources, index)
+        tag = str(index)
+        self._index = index
+        try:
+            self.worker.cell_begin(tag, self._get_timeout(cell))
+        except Exception:  # the worker is gone: the cell fails below anyway
+            return self._run_cell(cell, resources, index)
+        try:
+            return self._run_cell(cell, resources, index)
+        finally:
+            record = self.worker.cell_end(tag)
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
+                self.checks[meta["grade_id"]] = record
+
+    def _run_cell(self, cell, resources, index):
         if self.stopped:
             if cell.cell_type == "code":
                 cell.outputs = [_error("NotExecuted", f"not run: {self.stopped}")]

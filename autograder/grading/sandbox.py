@@ -277,23 +277,50 @@ class Worker:
             self.proc.stdin.write((json.dumps(msg) + "\n").encode())
             self.proc.stdin.flush()
 
-    def _next_event(self, timeout: float, key: str) -> dict:
+    def _next_event(self, timeout: float, key: str, value=None) -> dict:
+        """The next event carrying ``key`` (equal to ``value``, if given); the others are put
+        back for whoever waits for them."""
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SandboxUnavailable(f"worker {self.index}: no {key!r} within {timeout:g} s"
-                                         f" (see {self.log_path})")
-            try:
-                msg = self._events.get(timeout=left)
-            except queue.Empty:
-                continue
-            if key in msg:
-                return msg
-            if msg.get("dead"):
-                tail = self.log_path.read_text(errors="replace")[-2000:] \
-                    if self.log_path.exists() else ""
-                raise SandboxUnavailable(f"worker {self.index} exited\n{tail}")
+        others: list[dict] = []
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxUnavailable(f"worker {self.index}: no {key!r} within "
+                                             f"{timeout:g} s (see {self.log_path})")
+                try:
+                    msg = self._events.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if key in msg and (value is None or msg[key] == value):
+                    return msg
+                if msg.get("dead"):
+                    others.append(msg)
+                    tail = self.log_path.read_text(errors="replace")[-2000:] \
+                        if self.log_path.exists() else ""
+                    raise SandboxUnavailable(f"worker {self.index} exited\n{tail}")
+                if not any(k in msg for k in ("cell_records", "cell_began")):
+                    others.append(msg)  # an answer nobody waits for any more is dropped
+        finally:
+            for msg in others:
+                self._events.put(msg)
+
+    # -- the grader's checker (autograder.grading.zygote.Checker)
+    def cell_begin(self, tag: str, limit: float | None, timeout: float = 20.0) -> None:
+        """A cell of the submission is about to run, with this time limit; returns once the
+        checker has opened the cell's window (so no check of the cell can reach it before)."""
+        self.send({"op": "cell", "begin": tag, "limit": limit})
+        self._next_event(timeout, "cell_began", tag)
+
+    def cell_end(self, tag: str, timeout: float = 20.0) -> dict:
+        """The cell ended: the checker's record of the checks it answered during it
+        (``{"records": [...]}``, or ``{"error": why}``)."""
+        try:
+            self.send({"op": "cell", "end": tag})
+            msg = self._next_event(timeout, "cell_records", tag)
+        except SandboxUnavailable as exc:
+            return {"error": f"the grading worker did not answer ({str(exc).splitlines()[0]})"}
+        return {k: v for k, v in msg.items() if k != "cell_records"}
 
     def stage_job(self, files: dict[str, Path | bytes]) -> None:
         """Put a submission's files where the next kernel copies them from (read-only to it).

@@ -6,16 +6,28 @@ its stdin/stdout, one JSON object per line:
 
     driver -> worker   {"op": "start", "conn": {...}, "extra": [...], "job": DIR}
                        {"op": "signal", "sig": 2}
+                       {"op": "cell", "begin": TAG, "limit": S}   # a cell starts, its limit
+                       {"op": "cell", "end": TAG}                 # ...and ended
                        {"op": "kill"}          # end the current kernel and all it started
     worker -> driver   {"ready": ...}, {"started": PID}, {"exited": PID, "status": N},
+                       {"cell_records": TAG, "records": [...]} (or "error": why),
                        {"killed": true}
 
 Each kernel is forked from this process *before* any learner code exists, so it starts
 with torch, IPython and the course's packages already imported, and with a state no
 other submission touched: a submission only ever runs in its own child, and everything
 the child started is killed and its files wiped before the next one is forked.
-The kernel's oracle (:mod:`autograder.oracle`) is forked from the kernel the same way,
-before the kernel runs anything, instead of starting a new Python that imports torch.
+
+**The grader's checker.** Before the kernel, this process forks the submission's oracle
+(:class:`autograder.oracle.Service`), the same way, and hands the kernel only the two ends
+of its request channel. The checker's other channel, to this process, says when each cell
+begins and ends and brings back every verdict it gave during that cell: the driver scores
+a graded cell from that record, never from what the kernel printed or whether it raised.
+The kernel runs as the same unprivileged user, so this process and the checker are made
+non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): a process of the same user can then neither
+ptrace them nor open their descriptors or memory through ``/proc``; the kernel re-enables
+it for itself, so it behaves like any kernel. What the kernel can still do to them is stop
+or kill them, which only loses it the checks it would have passed.
 
 This module imports only the standard library at the top: it must not start threads
 or open sockets before forking.
@@ -93,90 +105,135 @@ def _wipe(path: str) -> None:
             pass
 
 
-class _ForkedProcess:
-    """The pre-forked oracle, seen through the few ``subprocess.Popen`` members the client uses."""
+def _high(fd: int) -> int:
+    """A copy of ``fd`` numbered 100 or more, out of the way of the numbers about to be set."""
+    import fcntl
 
-    def __init__(self, pid: int, stdin, stdout) -> None:
-        self.pid = pid
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = None
-        self.returncode: int | None = None
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, 100)
 
-    def poll(self) -> int | None:
-        if self.returncode is None:
+
+def _set_dumpable(on: bool) -> None:
+    """``prctl(PR_SET_DUMPABLE, on)`` (Linux): whether processes of the same user may ptrace
+    this one or open its ``/proc/PID/fd``, ``mem``, ``environ``."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 1 if on else 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class Checker:
+    """The grader's checker of one submission: a forked :class:`autograder.oracle.Service`,
+    the kernel's two descriptors to it, and this process's two (control, records)."""
+
+    def __init__(self, lessons: list[str]) -> None:
+        k2s_r, k2s_w = os.pipe()  # kernel -> checker: requests
+        s2k_r, s2k_w = os.pipe()  # checker -> kernel: verdicts
+        ctl_r, ctl_w = os.pipe()  # this process -> checker: cells begin and end
+        log_r, log_w = os.pipe()  # checker -> this process: the records of a cell
+        pid = os.fork()
+        if pid == 0:
             try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = -1
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+                os.setsid()
+                high = [_high(fd) for fd in (k2s_r, s2k_w, ctl_r, log_w)]
+                for src, dst in zip(high, (10, 11, 12, 13), strict=True):
+                    os.dup2(src, dst)
+                os.dup2(10, 0)
+                os.dup2(11, 1)
+                os.closerange(3, 12)
+                os.closerange(14, 1 << 16)
+                os.chdir("/")
+                from autograder import oracle
 
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                import subprocess
+                oracle.serve(control=12, log=13)
+            finally:
+                os._exit(0)
+        for fd in (k2s_r, s2k_w, ctl_r, log_w):
+            os.close(fd)
+        self.pid = pid
+        self.kernel_fds = (s2k_r, k2s_w)  # what the kernel reads, what it writes
+        self.control = ctl_w
+        self.log = log_r
+        self.buf = b""
+        self.lessons = lessons
 
-                raise subprocess.TimeoutExpired("oracle", timeout)
-            time.sleep(0.01)
-        return self.returncode  # type: ignore[return-value]
+    def close_kernel_side(self) -> None:
+        for fd in self.kernel_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
-    def kill(self) -> None:
+    def cell(self, req: dict, timeout: float = 15.0) -> dict:
+        """Forward a cell's begin or end; what the checker answers: ``{"began": TAG}``, or the
+        cell's records (``{"cell": TAG, "records": [...]}``), or ``{"error": why}``."""
+        message = {k: req[k] for k in ("begin", "end", "limit") if k in req}
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.write(self.control, (json.dumps(message) + "\n").encode())
+        except OSError as exc:
+            return {"error": f"the grader's checker is gone ({exc.strerror})"}
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.log], [], [], left)[0]:
+                return {"error": "the grader's checker did not answer"}
+            chunk = os.read(self.log, 1 << 16)
+            if not chunk:
+                return {"error": "the grader's checker is gone (it exited or was killed)"}
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"error": "the grader's checker sent something unreadable"}
+
+    def close(self) -> None:
+        for fd in (self.control, self.log):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.close_kernel_side()
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
             pass
 
-    terminate = kill
 
-
-def _fork_oracle(cmd, **kwargs):
-    """``Popen`` for the kernel's oracle, as a fork of this still-clean kernel process."""
-    to_child_r, to_child_w = os.pipe()
-    from_child_r, from_child_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the oracle: serve() reads fd 0 and answers on fd 1
-        try:
-            os.dup2(to_child_r, 0)
-            os.dup2(from_child_w, 1)
-            os.closerange(3, 1 << 16)
-            os.chdir(kwargs.get("cwd") or "/")
-            from autograder import oracle
-
-            oracle.serve()
-        finally:
-            os._exit(0)
-    os.close(to_child_r)
-    os.close(from_child_w)
-    return _ForkedProcess(pid, os.fdopen(to_child_w, "w", buffering=1),
-                          os.fdopen(from_child_r, "r"))
-
-
-def _prefork_oracle(lessons: list[str]) -> None:
-    """Start the kernel's oracle now, as a fork of this still-clean kernel process."""
+def _attach_checker(lessons: list[str]) -> None:
+    """Make descriptors 3 and 4 the kernel's oracle: the grader's checker."""
     try:
         from autograder import client
-    except ImportError:
-        return
-    try:
-        client.oracle().start(preload=lessons, spawn=_fork_oracle)
-    except Exception as exc:  # the kernel will start a normal oracle when it needs one
-        _log(f"could not pre-fork the oracle: {exc!r}")
+
+        client.oracle().attach(3, 4, preload=lessons)
+    except Exception as exc:  # the kernel will start an oracle of its own when it needs one
+        _log(f"could not attach the checker: {exc!r}")
 
 
-def _kernel_main(cfg: dict, req: dict) -> None:
-    """In the forked child: become the submission's kernel (never returns)."""
+def _kernel_main(cfg: dict, req: dict, checker: tuple[int, int] | None = None) -> None:
+    """In the forked child: become the submission's kernel (never returns). ``checker``: the
+    descriptors of the grader's checker (read, write), kept as 3 and 4."""
     code = 1
     try:
         os.setsid()
+        _set_dumpable(True)  # an ordinary process again (the worker and the checker are not)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-big file is an OSError, not death
+        if checker is not None:
+            checker = (_high(checker[0]), _high(checker[1]))
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        os.closerange(3, 1 << 16)
+        if checker is not None:
+            os.dup2(checker[0], 3)
+            os.dup2(checker[1], 4)
+            os.closerange(5, 1 << 16)
+        else:
+            os.closerange(3, 1 << 16)
         root = cfg["scratch"]
         _wipe(root)
         work, home, tmp, runtime = (os.path.join(root, d) for d in ("work", "home", "tmp", "run"))
@@ -197,8 +254,8 @@ def _kernel_main(cfg: dict, req: dict) -> None:
         conn_file = os.path.join(runtime, "kernel.json")
         with open(conn_file, "w") as f:
             json.dump(req["conn"], f)
-        if cfg.get("prefork_oracle", True):
-            _prefork_oracle(cfg.get("lessons", []))
+        if checker is not None:
+            _attach_checker(cfg.get("lessons", []))
         from ipykernel import kernelapp
 
         sys.argv = ["ipykernel_launcher", "-f", conn_file, *req.get("extra", [])]
@@ -216,6 +273,8 @@ class Zygote:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.kernel: int | None = None
+        self.checker: Checker | None = None
+        _set_dumpable(False)  # see the module docstring: the kernel cannot reach into us
         self.out = os.fdopen(os.dup(1), "w", buffering=1)
         self.inp = os.fdopen(os.dup(0), "r")
         null = os.open(os.devnull, os.O_RDWR)
@@ -296,6 +355,9 @@ class Zygote:
                 os.waitpid(self.kernel, 0)
             except ChildProcessError:
                 pass
+        if self.checker is not None:
+            self.checker.close()
+            self.checker = None
         self.kernel = None
         _wipe(self.cfg["scratch"])
         for name in os.listdir(self.cfg["sockets"]):
@@ -307,15 +369,35 @@ class Zygote:
     def handle(self, req: dict) -> None:
         op = req.get("op")
         if op == "start":
-            if self.kernel is not None:
+            if self.kernel is not None or self.checker is not None:
                 self.kill_all()
+            checker = None
+            if self.cfg.get("checker", True):
+                try:
+                    checker = self.checker = Checker(self.cfg.get("lessons", []))
+                except OSError as exc:
+                    _log(f"could not start the checker: {exc!r}")
             pid = os.fork()
             if pid == 0:
                 self.out.close()
                 self.inp.close()
-                _kernel_main(self.cfg, req)
+                if checker is not None:
+                    os.close(checker.control)
+                    os.close(checker.log)
+                _kernel_main(self.cfg, req, checker.kernel_fds if checker is not None else None)
+            if checker is not None:
+                checker.close_kernel_side()
             self.kernel = pid
             self.send(started=pid)
+        elif op == "cell":
+            tag = req.get("end", req.get("begin"))
+            key = "cell_records" if "end" in req else "cell_began"
+            if self.checker is None:
+                self.send(**{key: tag, "error": "no grader's checker was started"})
+                return
+            got = self.checker.cell(req)
+            self.send(**{key: tag}, **{k: v for k, v in got.items()
+                                        if k not in ("cell", "began")})
         elif op == "signal":
             if self.kernel is not None:
                 try:
