@@ -60,6 +60,11 @@ c.ClearSolutions.code_stub = {
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[A-Za-z]*Warning: "
 
+# `nbgrader export` tells "not graded" from 0: nbgrader's columns plus each submission's
+# status and reason, a submission that could not be graded left blank (never 0.0), written to
+# grade-reports/grades.csv (ignored by git: learners' grades are never committed).
+c.ExportApp.plugin_class = "autograder.grading.export.StatusCsvExportPlugin"
+
 # Keep huge learner outputs out of the gradebook and the feedback.
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100

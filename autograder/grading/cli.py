@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.grading.calibrate import CellLimits
-from autograder.grading.report import Outcome, Progress, summary, write_reports
+from autograder.grading.report import Outcome, Progress, earlier_rows, summary, write_reports
 from autograder.grading.sandbox import Limits, Worker, sandbox_problem
 from autograder.grading.state import (
     CourseBusy,
@@ -142,8 +142,10 @@ class _Checkpoint:
     """Keeps the report on disk current while the run goes (so a killed run leaves one
     that says it did not finish and lists what was graded), at most every few seconds."""
 
-    def __init__(self, report: Path, meta: dict, every: float = 5.0) -> None:
+    def __init__(self, report: Path, meta: dict, earlier: list[dict],
+                 every: float = 5.0) -> None:
         self.report, self.meta, self.every = report, meta, every
+        self.earlier = earlier
         self.last = 0.0
         self.outcomes: list[Outcome] = []
 
@@ -151,7 +153,7 @@ class _Checkpoint:
         now = time.monotonic()
         if force or now - self.last >= self.every:
             self.last = now
-            write_reports(self.outcomes, self.report, self.meta)
+            write_reports(self.outcomes, self.report, self.meta, self.earlier)
 
 
 def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Limits,
@@ -172,12 +174,15 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     else:
         pool = [Worker(i, scratch, limits, sandbox=sandbox, course_root=course, lessons=lessons)
                 for i in range(n)]
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = {"assignment": assignment, "course": str(course), "workers": n,
-            "scheduler": scheduler,
+            "scheduler": scheduler, "run": started,
             "sandbox": sandbox, "limits": {k: v for k, v in vars(limits).items()}}
+    earlier = earlier_rows(report)  # the record only grows: other learners keep their rows
     checkpoint = _Checkpoint(report, {**meta, "finished": False, "note": (
-        "this run has not finished (or was killed): submissions not listed here have not "
-        "been graded by it; run `autograder grade` again")})
+        "this run has not finished (or was killed): the submissions it lists under "
+        "students_this_run are those it graded so far; run `autograder grade` again")},
+        earlier)
     cwd = os.getcwd()
     conv = None
     db_lock = None
@@ -211,6 +216,7 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
         progress = None
 
         def on_outcome(outcome: Outcome) -> None:
+            outcome.run = started
             checkpoint.outcomes.append(outcome)
             if progress is not None:
                 progress.update(outcome)
@@ -254,7 +260,9 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
                  if conv.cell_limits else None})
     if stopped_by is not None:
         meta["stopped_by"] = signal.Signals(stopped_by).name
-    write_reports(outcomes, report, meta)
+    for o in outcomes:
+        o.run = o.run or started
+    write_reports(outcomes, report, meta, earlier)
     if stopped_by is not None:
         code = 128 + stopped_by
     else:

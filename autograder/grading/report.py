@@ -29,6 +29,7 @@ class Outcome:
     seconds: float = 0.0  # preparing + executing + scoring it (not time spent queued)
     reasons: list[str] = field(default_factory=list)
     notebooks: list[str] = field(default_factory=list)
+    run: str = ""  # when the run that gave this outcome started (ISO 8601, UTC)
 
     def note(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -119,21 +120,50 @@ def _replace(path: Path, write) -> None:
             tmp.unlink()
 
 
-def write_reports(outcomes: list[Outcome], path: Path, meta: dict) -> tuple[Path, Path]:
-    """``path`` as JSON (with ``meta``) and the same rows as CSV beside it, each atomically."""
+def earlier_rows(path: Path) -> list[dict]:
+    """The rows of the course's grade-run record as an earlier run left them (none if there is
+    no readable record)."""
+    try:
+        rows = json.loads(path.read_text())["submissions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("student"), str)]
+
+
+def merged_rows(outcomes: list[Outcome], earlier: list[dict]) -> list[dict]:
+    """The record only grows: this run's rows replace a learner's earlier row, the learners
+    this run did not grade keep theirs, and a submission this run skipped (graded before,
+    unchanged) keeps the row of the run that graded it."""
+    rows = {r["student"]: r for r in earlier}
+    for o in outcomes:
+        if o.status == "skipped" and o.student in rows:
+            continue
+        rows[o.student] = o.row()
+    return [rows[k] for k in sorted(rows)]
+
+
+def write_reports(outcomes: list[Outcome], path: Path, meta: dict,
+                  earlier: list[dict] | None = None) -> tuple[Path, Path]:
+    """``path`` as JSON (with ``meta``, which describes this run) and the same rows as CSV
+    beside it, each atomically; ``earlier``: the record's rows before this run (see
+    :func:`merged_rows`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    ordered = sorted(outcomes, key=lambda o: o.student)
-    rows = [o.row() for o in ordered]
-    _replace(path, lambda f: f.write(json.dumps({**meta, "submissions": rows}, indent=2) + "\n"))
+    rows = merged_rows(outcomes, earlier or [])
+    this_run = sorted({o.student for o in outcomes})
+    _replace(path, lambda f: f.write(json.dumps(
+        {**meta, "students_this_run": this_run, "submissions": rows}, indent=2) + "\n"))
     csv_path = path.with_suffix(".csv")
 
     def write_csv(f) -> None:
         writer = csv.writer(f)
-        writer.writerow(["student", "status", "score", "max_score", "seconds", "reason"])
-        for o in ordered:
-            writer.writerow([o.student, o.status, "" if o.score is None else o.score,
-                             "" if o.max_score is None else o.max_score,
-                             f"{o.seconds:.2f}", o.reason])
+        writer.writerow(["student", "status", "score", "max_score", "seconds", "graded_in_run",
+                         "reason"])
+        for r in rows:
+            writer.writerow([r["student"], r.get("status", ""),
+                             "" if r.get("score") is None else r["score"],
+                             "" if r.get("max_score") is None else r["max_score"],
+                             f"{float(r.get('seconds') or 0):.2f}", r.get("run", ""),
+                             "; ".join(str(x) for x in r.get("reasons") or [])])
 
     _replace(csv_path, write_csv)
     return path, csv_path
