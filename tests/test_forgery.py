@@ -388,7 +388,7 @@ def test_learner_code_reaches_neither_the_worker_nor_the_checker(red_team):
 def test_a_partial_regrade_keeps_the_whole_class_in_the_record(red_team):
     course, _, second, names, _ = red_team
     data = json.loads((course / "grade-reports" / f"{A}.json").read_text())
-    assert sorted(data["students_this_run"]) == sorted(names)
+    assert sorted(data["this_run"]) == sorted(names)
     rows = {r["student"]: r for r in data["submissions"]}
     assert {"full", "control", "no_notebook", "renamed", "corrupt"} <= set(rows)
     assert rows["full"]["status"] == "graded" and rows["corrupt"]["status"] == "failed"
@@ -420,3 +420,23 @@ def test_stock_nbgrader_cannot_tell_a_forgery(red_team, tmp_path):
     submit(course, "replaced_module", A, _forger(KERNEL_FORGERIES["replaced_module"]))
     nbgrader("autograde", A, course=course)
     assert read_scores(course, A)["replaced_module"].score == 26
+
+
+def test_the_class_report_shows_the_forgers_and_counts_no_forged_verdict(red_team, tmp_path):
+    """``autograder report`` reads the verified record: a forger's cells carry no verdict of
+    their own (the checker never gave one), and the forger is listed under "needs attention"
+    with the cells that lost their points."""
+    from known_answers import built
+
+    from autograder import analytics
+
+    course, _, _, names, _ = red_team
+    analytics.build(course, [A], out=tmp_path)
+    rep = built(tmp_path)
+    flagged = {a["learner"] for a in rep["attention"] if a["why"] == "graded with problems"
+               and "could not be verified" in a["detail"]}
+    assert {"replaced_module", "kernel_replies", "copied_verdict"} <= flagged
+    assert "control" not in flagged and "full" not in flagged
+    q1 = next(r for r in rep["questions"] if r["label"] == "Q1 (basics)")
+    # full answered Q1 right; every forger "passed" it without a verdict, so only one is full
+    assert int(q1["full"]) == 1, q1

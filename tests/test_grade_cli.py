@@ -124,7 +124,7 @@ def test_rerun_grades_only_what_is_missing_or_changed(handmade):
     proc = grade(course, "ps1", "--student", "full", "--student", "blank")
     assert "2 skipped" in proc.stdout
     data = json.loads((course / "grade-reports" / "ps1.json").read_text())
-    assert data["students_this_run"] == ["blank", "full"]
+    assert data["this_run"] == {"blank": "skipped", "full": "skipped"}
     assert report(course, "ps1") == before
     # a newer submission of one student is graded again, the rest are not
     submit(course, "blank", answered(course, SOLVED))

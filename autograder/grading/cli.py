@@ -181,7 +181,7 @@ def _grade_locked(course: Path, assignment: str, *, n: int, students, limits: Li
     earlier = earlier_rows(report)  # the record only grows: other learners keep their rows
     checkpoint = _Checkpoint(report, {**meta, "finished": False, "note": (
         "this run has not finished (or was killed): the submissions it lists under "
-        "students_this_run are those it graded so far; run `autograder grade` again")},
+        "this_run are those it graded so far; run `autograder grade` again")},
         earlier)
     cwd = os.getcwd()
     conv = None

@@ -134,6 +134,12 @@ class WorkerExecute(Execute):
             if meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
                 self.checks[meta["grade_id"]] = record
 
+    def _describe(self, index: int) -> str:
+        from autograder.grading.core import describe_cell
+
+        nb = getattr(self, "nb", None)
+        return describe_cell(nb, index) if nb is not None else f"cell {index}"
+
     def _run_cell(self, cell, resources, index):
         if self.stopped:
             if cell.cell_type == "code":
@@ -144,13 +150,13 @@ class WorkerExecute(Execute):
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            self.stopped = f"{self._why_dead()} (in cell {index})"
+            self.stopped = f"{self._why_dead()} (in {self._describe(index)})"
             cell.outputs = list(cell.get("outputs", [])) + [_error("KernelDied", self.stopped)]
             return cell, resources
         except CellTimeoutError:
             # the cell timed out and the kernel did not even go idle after the interrupt:
             # stock nbgrader gives up on the whole submission here; stop the kernel instead
-            self.stopped = (f"the kernel did not respond after cell {index} timed out "
+            self.stopped = (f"the kernel did not respond after {self._describe(index)} timed out "
                             "(does the code ignore interrupts?)")
             self.worker.kill_kernel(reason=self.stopped)
             cell.outputs = list(cell.get("outputs", [])) + [_error("CellTimeoutError",

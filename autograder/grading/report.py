@@ -134,9 +134,11 @@ def merged_rows(outcomes: list[Outcome], earlier: list[dict]) -> list[dict]:
     """The record only grows: this run's rows replace a learner's earlier row, the learners
     this run did not grade keep theirs, and a submission this run skipped (graded before,
     unchanged) keeps the row of the run that graded it."""
-    rows = {r["student"]: r for r in earlier}
+    rows = {r["student"]: dict(r) for r in earlier}
     for o in outcomes:
         if o.status == "skipped" and o.student in rows:
+            if o.score is not None:  # the gradebook's score now (a killed run left none)
+                rows[o.student].update(score=o.score, max_score=o.max_score)
             continue
         rows[o.student] = o.row()
     return [rows[k] for k in sorted(rows)]
@@ -144,14 +146,14 @@ def merged_rows(outcomes: list[Outcome], earlier: list[dict]) -> list[dict]:
 
 def write_reports(outcomes: list[Outcome], path: Path, meta: dict,
                   earlier: list[dict] | None = None) -> tuple[Path, Path]:
-    """``path`` as JSON (with ``meta``, which describes this run) and the same rows as CSV
-    beside it, each atomically; ``earlier``: the record's rows before this run (see
-    :func:`merged_rows`)."""
+    """``path`` as JSON (with ``meta``, which describes this run, and ``this_run``: each of its
+    submissions' status in it) and the same rows as CSV beside it, each atomically;
+    ``earlier``: the record's rows before this run (see :func:`merged_rows`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = merged_rows(outcomes, earlier or [])
-    this_run = sorted({o.student for o in outcomes})
+    this_run = {o.student: o.status for o in sorted(outcomes, key=lambda o: o.student)}
     _replace(path, lambda f: f.write(json.dumps(
-        {**meta, "students_this_run": this_run, "submissions": rows}, indent=2) + "\n"))
+        {**meta, "this_run": this_run, "submissions": rows}, indent=2) + "\n"))
     csv_path = path.with_suffix(".csv")
 
     def write_csv(f) -> None:
