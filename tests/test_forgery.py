@@ -311,7 +311,13 @@ def red_team(tmp_path_factory):
         submit(course, name, A, _forger(q11=q11))
     submit(course, "forged_metadata", A, _forger(KERNEL_FORGERIES["rebound_through_dict"],
                                                  metadata=True))
-    names = [*forgers, *CHECKER_FORGERIES, "forged_metadata"]
+    runaway = submission(A)  # all right, but Q10's answer loops for ever
+    for cell in runaway.cells:
+        if meta(cell).get("grade_id") == "q10_answer":
+            head, sep, tail = cell.source.rpartition("def tune_centre():\n")  # the last one
+            cell.source = head + sep + "    while True:\n        pass\n" + tail
+    submit(course, "runaway", A, runaway)
+    names = [*forgers, *CHECKER_FORGERIES, "forged_metadata", "runaway"]
     second = _grade(course, *[arg for n in names for arg in ("--student", n)])
     return course, first, second, names, copied
 
@@ -438,5 +444,30 @@ def test_the_class_report_shows_the_forgers_and_counts_no_forged_verdict(red_tea
     assert {"replaced_module", "kernel_replies", "copied_verdict"} <= flagged
     assert "control" not in flagged and "full" not in flagged
     q1 = next(r for r in rep["questions"] if r["label"] == "Q1 (basics)")
-    # full answered Q1 right; every forger "passed" it without a verdict, so only one is full
-    assert int(q1["full"]) == 1, q1
+    # full and runaway answered Q1 right; every forger "passed" it without a verdict
+    assert int(q1["full"]) == 2, q1
+
+
+def test_a_runaway_answer_costs_only_its_own_question(red_team):
+    """Q10's answer loops for ever. Its check is given its cell's time left (the cell's limit
+    is measured: 10 s here), so it ends with the check's own verdict before the cell is cut,
+    and Q11's check, next, starts at once: only Q10's points are lost, as under stock
+    nbgrader (whose 120 s cells outlast the check's own 20 s). Every cell shows one line."""
+    course, _, second, _, _ = red_team
+    scores = read_scores(course, A)
+    full, runaway = scores["full"].per_cell, scores["runaway"].per_cell
+    assert runaway == dict(full, q10_centre=0), runaway
+    nb = nbformat.read(str(course / "autograded" / "runaway" / A / f"{A}.ipynb"), 4)
+    for cell in nb.cells:
+        if meta(cell).get("grade_id") not in ("q10_check", "q10_centre", "q11_check",
+                                                 "q11_flag"):
+            continue
+        for o in cell.outputs:
+            shown = "\n".join(o.get("traceback", [])) or str(o.get("data", {}).get(
+                "text/plain", "")) or o.get("text", "")
+            assert "Traceback" not in shown and "/autograder/" not in shown, shown
+            if o.output_type == "error":
+                assert len(o.traceback) == 1, o.traceback
+        if meta(cell).get("grade_id") == "q10_centre":
+            assert any("does your code loop forever" in str(o.get("data", {}))
+                       for o in cell.outputs), cell.outputs
