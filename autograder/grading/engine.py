@@ -45,7 +45,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
-from nbgrader.converters.base import BaseConverter
+from nbgrader.converters.base import BaseConverter, NbGraderException
 from nbgrader.preprocessors import (
     ClearHiddenTests,
     DeduplicateIds,
@@ -197,11 +197,12 @@ def write_calibration(path: Path, key: str, measured: dict[str, float]) -> None:
         pass  # only the next run's time is lost
 
 
-def solution_unverified(result: core.Executed) -> list[str]:
-    """The solution's graded cells whose checks the grader's checker did not pass."""
-    from autograder.grading.verify import expected_checks, judge
+def solution_unverified(result: core.Executed) -> tuple[list[str], list[str]]:
+    """The solution's graded cells whose checks the grader's checker did not pass, and among
+    them those that passed in the kernel all the same (the checker, not the solution, fails)."""
+    from autograder.grading.verify import nbgrader_gives_points, expected_checks, judge
 
-    out = []
+    out, overruled = [], []
     for name, nb in result.notebooks.items():
         records = result.checks.get(name, {})
         for cell in nb.cells:
@@ -213,7 +214,9 @@ def solution_unverified(result: core.Executed) -> list[str]:
                 verdict = judge(expected, records.get(meta["grade_id"]))
                 if not verdict.ok:
                     out.append(f"{name} {meta['grade_id']}: {verdict.reason}")
-    return out
+                    if nbgrader_gives_points(cell):
+                        overruled.append(out[-1])
+    return out, overruled
 
 
 # ----------------------------------------------------------------------------- repairs
@@ -465,6 +468,7 @@ class ParallelAutograde(Autograde):
         self.cell_limits: CellLimits | None = None
         self.calibration_note = ""
         self.solution_unverified: list[str] = []
+        self.refusal = ""  # why grading must not go on (set by the calibration)
         self.workers = workers
         self.limits = limits
         self.only_students = set(students) if students else None
@@ -866,7 +870,14 @@ class ParallelAutograde(Autograde):
             measured = {}
             for nb in result.notebooks.values():
                 measured.update(measure(nb))
-            self.solution_unverified = solution_unverified(result)
+            self.solution_unverified, overruled = solution_unverified(result)
+            if overruled:
+                self.refusal = (
+                    "the solution's own graded cells pass in its kernel but the grader's "
+                    "checker does not confirm them, so every learner's honest work would lose "
+                    "these points too; nothing was graded. Is the course installed as the "
+                    "worker imports it (`autograder`, `course`)? " + "; ".join(overruled))
+                return
             if not self.solution_unverified:  # a solution that does not verify is re-run
                 write_calibration(cache, key, measured)
             how = f"{time.monotonic() - t0:.1f} s to measure"
@@ -1047,6 +1058,9 @@ class ParallelAutograde(Autograde):
                 if not calibrated:  # first job: time the solution (not when all is skipped)
                     calibrated = True
                     self._calibrate(known)
+                    if self.refusal:  # grading now would take honest work's points
+                        self._roll_back(job, "grading was refused")
+                        raise NbGraderException(self.refusal)
                 in_flight[id(job)] = job
                 if self.dask is not None:
                     self._submit_dask(job, results)

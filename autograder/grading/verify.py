@@ -156,7 +156,7 @@ def _is_graded_test(cell: NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def _nbgrader_gives_points(cell: NotebookNode) -> bool:
+def nbgrader_gives_points(cell: NotebookNode) -> bool:
     for output in cell.get("outputs", []):
         if output.get("output_type") == "error" or (
                 output.get("output_type") == "stream" and output.get("name") == "stderr"):
@@ -190,7 +190,7 @@ class VerifyChecks(NbGraderPreprocessor):
         gid = meta["nbgrader"]["grade_id"]
         result = judge(expected, self.records.get(gid))
         self.results[gid] = result
-        overruled = not result.ok and _nbgrader_gives_points(cell)
+        overruled = not result.ok and nbgrader_gives_points(cell)
         # "overruled": the cell showed a pass that its checker's record does not back
         cell.metadata[METADATA_KEY] = dict(result.metadata(), overruled=overruled)
         if overruled:
