@@ -387,9 +387,10 @@ def test_the_exchange_loop_as_separate_users(users, course_python, exchange, exp
 
     # -- export, and the scores the answers earn
     instructor("nbgrader", "export")
-    with open(course / "grades.csv") as f:
+    with open(course / "grade-reports" / "grades.csv") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f) if r["assignment"] == ASSIGNMENT}
     assert set(rows) == {a.name, b.name}, rows
+    assert {r["status"] for r in rows.values()} == {"graded"}, rows
     score = {s: float(r["score"]) for s, r in rows.items()}
     max_score = {float(r["max_score"]) for r in rows.values()}
     half_score, half_max = independent()

@@ -146,7 +146,7 @@ def test_stock_nbgrader_and_the_rest_of_the_chain_on_postgres(graded, tmp_path):
     for student in ours:
         assert (course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").exists()
     run(course, "nbgrader", "export", db=url)
-    with open(course / "grades.csv") as f:
+    with open(course / "grade-reports" / "grades.csv") as f:
         exported = {r["student_id"]: float(r["raw_score"]) for r in csv.DictReader(f)
                     if r["assignment"] == ASSIGNMENT}
     assert exported == {s: v[0] for s, v in sqlite.items()}
