@@ -60,10 +60,43 @@ c.ClearSolutions.code_stub = {
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[A-Za-z]*Warning: "
 
+# Deadlines and late penalties (docs/deadlines.md), applied by stock `nbgrader autograde` and
+# `autograder grade` alike: nbgrader's own autograde steps, with its late-penalty step
+# (which knows only "none" or "zero") replaced by the course's policy below. Due dates are in
+# `timezone`; an assignment without one is never late. `autograder extend ASSIGNMENT STUDENT
+# 2d` grants an extension (kept in `extensions_file`, which git ignores) and re-applies the
+# policy to a submission already graded.
+c.LatePolicy.timezone = "UTC"
+c.LatePolicy.due = {}  # e.g. {"01_leaves": "2027-02-01 23:59"}
+c.LatePolicy.grace = "15m"  # no penalty within this
+c.LatePolicy.per = "day"  # "hour" or "day"
+c.LatePolicy.penalty = 0.10  # share of the score taken per started day (or hour) late
+c.LatePolicy.cap = 0.50  # the most a late hand-in loses
+c.LatePolicy.zero_after = "7d"  # later than this: 0
+c.LatePolicy.extensions_file = "extensions.csv"
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "autograder.grading.late.ApplyLatePolicy",  # instead of nbgrader's AssignLatePenalties
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # `nbgrader export` tells "not graded" from 0: nbgrader's columns plus each submission's
 # status and reason, a submission that could not be graded left blank (never 0.0), written to
 # grade-reports/grades.csv (ignored by git: learners' grades are never committed).
 c.ExportApp.plugin_class = "autograder.grading.export.StatusCsvExportPlugin"
+
+# nbgrader's Validate button shows a summary first: the score a hand-in now would get, each
+# question right / not yet / not answered, and whether it would be late (autograder/validate.py).
+# nbgrader's Validate handler loads this file when the button is pressed; other processes that
+# read it are left alone.
+if "nbgrader.server_extensions.validate_assignment.handlers" in sys.modules:
+    from autograder.validate import install
+
+    install()
 
 # Keep huge learner outputs out of the gradebook and the feedback.
 c.LimitOutput.max_lines = 1000

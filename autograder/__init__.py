@@ -167,9 +167,33 @@ class Checker:
 
 
 def checker(lesson: str) -> Checker:
-    """A visible-check function bound to one assignment; also warms up the oracle."""
+    """A visible-check function bound to one assignment; also warms up the oracle, and says
+    when the assignment is due (if the course sets a due date)."""
     warm_up(lesson)
+    _say_when_due(lesson)
     return Checker(lesson)
+
+
+def _say_when_due(lesson: str) -> None:
+    """Print the assignment's due date for this learner (with their extension) and the time
+    left, from the course's late policy (:mod:`autograder.deadlines`). Not when nbgrader runs
+    the notebook (grading, Validate): its outputs stay what they always are."""
+    import os
+
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return
+    try:
+        import datetime as dt
+
+        from autograder.deadlines import course_policy, describe, learner_id
+
+        policy = course_policy()
+        line = describe(policy, lesson, learner_id(), dt.datetime.now(dt.timezone.utc)) \
+            if policy is not None else ""
+    except Exception:  # a course without deadlines, or a config that cannot be read
+        return
+    if line:
+        print(line)
 
 
 # --------------------------------------------------------------------------- sealing

@@ -5,6 +5,8 @@
     autograder grade ASSIGNMENT           grade all submissions: parallel, sandboxed (docs/grading.md)
     autograder report ASSIGNMENT | --all  class report: questions, misconceptions, who needs
                                           attention (HTML + CSV; docs/report.md)
+    autograder extend ASSIGNMENT STUDENT 2d   grant a learner an extension (docs/deadlines.md)
+    autograder export --lms canvas|moodle grades as Canvas or Moodle import them
     autograder site [--out DIR]           the course as an offline static site (docs/site.md)
     autograder translate zh-CN [--update | --check]
                                           build zh-CN/source/ from source/ and the PO catalogs in
@@ -53,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     from autograder.grading import cli as grading_cli  # cheap: heavy imports happen in grade()
 
     grading_cli.add_parser(sub)
+    from autograder.grading import deadline_cli  # cheap: nbgrader loads in the commands
+
+    deadline_cli.add_parsers(sub)
     from autograder import analytics  # cheap: nbgrader and matplotlib load in report()
 
     analytics.add_parser(sub)

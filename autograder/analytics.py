@@ -156,6 +156,8 @@ class Learner:
     max_score: float | None = None
     cells: dict[str, CellResult] = field(default_factory=dict)
     previous: tuple[str, float] | None = None  # (assignment, percent) of the previous one
+    late_seconds: float = 0.0  # past the due date and the learner's extension
+    penalty: float = 0.0  # what the late policy took
 
     @property
     def percent(self) -> float | None:
@@ -364,6 +366,7 @@ def collect(course: Course, assignment: str, drop: float = DEFAULT_DROP) -> Clas
                      for nb in found.notebooks]
         roster = [s.id for s in gb.students]
         scores: dict[str, dict[str, float | None]] = {}
+        late: dict[str, tuple[float, float]] = {}  # student -> (seconds late, penalty)
         for sub in gb.assignment_submissions(assignment):
             grades: dict[str, float | None] = {}
             for nb in sub.notebooks:
@@ -372,6 +375,8 @@ def collect(course: Course, assignment: str, drop: float = DEFAULT_DROP) -> Clas
                     unscored = g.auto_score is None and g.manual_score is None
                     grades[g.name] = None if unscored else float(g.score or 0)
             scores[sub.student_id] = grades
+            late[sub.student_id] = (float(sub.total_seconds_late or 0.0),
+                                    float(sub.late_submission_penalty or 0.0))
         names = sorted(a.name for a in gb.assignments)
         earlier = [n for n in names if n < assignment]
         previous = earlier[-1] if earlier else None
@@ -453,6 +458,7 @@ def collect(course: Course, assignment: str, drop: float = DEFAULT_DROP) -> Clas
             lr.cells[gid] = _cell_result(gid, shown.get(gid, []), grades.get(gid), cell)
         if student in before:
             lr.previous = (previous, before[student])
+        lr.late_seconds, lr.penalty = late.get(student, (0.0, 0.0))
     return ClassData(assignment, course.course_id, cells, learners, previous, drop)
 
 
@@ -601,7 +607,7 @@ def misconception_ranking(datas: list[ClassData]) -> list[MisconceptionStat]:
 @dataclass
 class Attention:
     student: str
-    why: str  # "not submitted" | "failed to grade" | "large drop" | "graded with problems"
+    why: str  # "not submitted" | "failed to grade" | "large drop" | "graded with problems" | "late"
     detail: str
 
 
@@ -623,6 +629,14 @@ def attention(data: ClassData) -> list[Attention]:
     for lr in sorted(data.graded, key=lambda x: x.student):
         for note in lr.notes:
             out.append(Attention(lr.student, "graded with problems", note))
+    for lr in sorted(data.learners.values(), key=lambda x: x.student):
+        if lr.late_seconds > 0:
+            from autograder.deadlines import format_duration
+
+            taken = (f"the late policy took {lr.penalty:g} point(s)" if lr.penalty
+                     else "no penalty (grace period or no policy)")
+            out.append(Attention(lr.student, "late", f"handed in {format_duration(lr.late_seconds)}"
+                                 f" after the due date and any extension: {taken}"))
     return out
 
 

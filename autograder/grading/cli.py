@@ -378,7 +378,9 @@ def _fill_scores(course: Path, assignment: str, outcomes: list[Outcome], app) ->
                 sub = gb.find_submission(assignment, o.student)
             except MissingEntry:
                 continue
-            o.score, o.max_score = float(sub.score), float(sub.max_score)
+            o.penalty = float(sub.late_submission_penalty or 0.0)
+            o.score, o.max_score = max(0.0, float(sub.score) - o.penalty), float(sub.max_score)
+            o.late_seconds = float(sub.total_seconds_late or 0.0)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

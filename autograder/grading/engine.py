@@ -56,6 +56,7 @@ from nbgrader.preprocessors import (
 )
 from nbgrader.utils import rmtree
 from traitlets.config import Config
+from traitlets.utils.importstring import import_item
 
 from autograder.grading import core
 from autograder.grading.calibrate import CellLimits, measure
@@ -200,7 +201,7 @@ def write_calibration(path: Path, key: str, measured: dict[str, float]) -> None:
 def solution_unverified(result: core.Executed) -> tuple[list[str], list[str]]:
     """The solution's graded cells whose checks the grader's checker did not pass, and among
     them those that passed in the kernel all the same (the checker, not the solution, fails)."""
-    from autograder.grading.verify import nbgrader_gives_points, expected_checks, judge
+    from autograder.grading.verify import expected_checks, judge, nbgrader_gives_points
 
     out, overruled = [], []
     for name, nb in result.notebooks.items():
@@ -498,6 +499,8 @@ class ParallelAutograde(Autograde):
     def _sanitize_list(self) -> list:
         out = []
         for pp in self.sanitize_preprocessors:
+            if isinstance(pp, str):  # the configuration may name them
+                pp = import_item(pp)
             if pp is OverwriteCells or (isinstance(pp, type) and issubclass(pp, OverwriteCells)):
                 out.append(RestoreCellFlags)
                 out.append(ReportEditedCells)
@@ -516,6 +519,8 @@ class ParallelAutograde(Autograde):
         else:
             preprocessors = []
             for pp in self.autograde_preprocessors:
+                if isinstance(pp, str):  # the configuration may name them
+                    pp = import_item(pp)
                 if isinstance(pp, type) and issubclass(pp, Execute):
                     preprocessors.append(Replay(self._replay, parent=self.exporter))
                     continue

@@ -30,6 +30,18 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
     notebooks: list[str] = field(default_factory=list)
     run: str = ""  # when the run that gave this outcome started (ISO 8601, UTC)
+    late_seconds: float = 0.0  # past the due date and the learner's extension
+    penalty: float = 0.0  # points the late policy took (score is after it)
+
+    @property
+    def late(self) -> str:
+        """``1 d 2 h late, -2.6`` (empty when on time)."""
+        if not self.late_seconds:
+            return ""
+        from autograder.deadlines import format_duration
+
+        taken = f", -{self.penalty:g}" if self.penalty else ", no penalty"
+        return f"{format_duration(self.late_seconds)} late{taken}"
 
     def note(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -98,11 +110,13 @@ def summary(outcomes: list[Outcome], elapsed: float, max_rows: int = 60) -> str:
                      "the report lists all)")
     if rows:
         w = max(7, *(len(o.student) for o in rows))
-        lines.append(f"{'student':<{w}}  {'status':<10}  {'score':>11}  {'time':>6}  reason")
+        lw = max(4, *(len(o.late) for o in rows))
+        lines.append(f"{'student':<{w}}  {'status':<10}  {'score':>11}  {'time':>6}  "
+                     f"{'late':<{lw}}  reason")
         for o in rows:
             score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
             lines.append(f"{o.student:<{w}}  {o.status:<10}  {score:>11}  {o.seconds:5.1f}s  "
-                         f"{o.reason}")
+                         f"{o.late or '-':<{lw}}  {o.reason}".rstrip())
     return "\n".join(lines)
 
 
@@ -138,7 +152,8 @@ def merged_rows(outcomes: list[Outcome], earlier: list[dict]) -> list[dict]:
     for o in outcomes:
         if o.status == "skipped" and o.student in rows:
             if o.score is not None:  # the gradebook's score now (a killed run left none)
-                rows[o.student].update(score=o.score, max_score=o.max_score)
+                rows[o.student].update(score=o.score, max_score=o.max_score,
+                                       late_seconds=o.late_seconds, penalty=o.penalty)
             continue
         rows[o.student] = o.row()
     return [rows[k] for k in sorted(rows)]
@@ -158,12 +173,14 @@ def write_reports(outcomes: list[Outcome], path: Path, meta: dict,
 
     def write_csv(f) -> None:
         writer = csv.writer(f)
-        writer.writerow(["student", "status", "score", "max_score", "seconds", "graded_in_run",
-                         "reason"])
+        writer.writerow(["student", "status", "score", "max_score", "late_seconds",
+                         "late_penalty", "seconds", "graded_in_run", "reason"])
         for r in rows:
             writer.writerow([r["student"], r.get("status", ""),
                              "" if r.get("score") is None else r["score"],
                              "" if r.get("max_score") is None else r["max_score"],
+                             f"{float(r.get('late_seconds') or 0):.0f}",
+                             f"{float(r.get('penalty') or 0):g}",
                              f"{float(r.get('seconds') or 0):.2f}", r.get("run", ""),
                              "; ".join(str(x) for x in r.get("reasons") or [])])
 

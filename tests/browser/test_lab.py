@@ -45,8 +45,22 @@ GENERATED_CELLS = [
 ]
 
 
+#: a due date long past for the course's late policy: the setup cell and Validate say so
+PAST_DUE = "2026-01-05 23:59"
+
+
 def place_notebook(nb: Notebook, lab) -> str:
-    """Put the notebook into the server's root dir; return its name there."""
+    """Put the notebook into the server's root dir; return its name there. A lesson goes into
+    its assignment's folder, under the course's ``nbgrader_config.py`` with a due date."""
+    if nb.path is not None and nb.path.startswith("release/"):
+        assignment = Path(nb.path).parent.name
+        (lab.root / assignment).mkdir(exist_ok=True)
+        config = (ROOT / "nbgrader_config.py").read_text()
+        (lab.root / "nbgrader_config.py").write_text(
+            config + f'\nc.LatePolicy.due = {{"{assignment}": "{PAST_DUE}"}}\n')
+        target = lab.root / assignment / Path(nb.path).name
+        target.write_bytes((ROOT / nb.path).read_bytes())
+        return f"{assignment}/{target.name}"
     if nb.path is None:
         doc = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c)
                                               for c in GENERATED_CELLS])
@@ -104,6 +118,9 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
             ).all_inner_texts().__str__()
         else:
             assert nb.stops_at in text
+        if nb.path and nb.path.startswith("release/"):  # the setup cell says it is overdue
+            assert f"Due {PAST_DUE} UTC: handing in now would be" in text, text[:800]
+            assert "it would score 0" in text
         assert page.locator(".jp-Dialog").count() == 0
 
         if page.locator(".graph-explorer").count():
@@ -165,13 +182,24 @@ def shoot_widgets(page, lab, stem: str, when: str) -> None:
 
 
 def validate(page, lab, stem: str) -> None:
-    """Press nbgrader's Validate on an unanswered student version: it must report failures."""
+    """Press nbgrader's Validate on an unanswered student version: a summary comes first (the
+    score a hand-in now would get, one line per graded cell, whether it would be late), then
+    the failures, each named by its question's first line."""
     page.locator("jp-button.validate-button, .validate-button").first.click()
     dialog = page.locator(".jp-Dialog", has_text="Validation Results")
     dialog.wait_for(timeout=180_000)
     text = dialog.inner_text()
     page.screenshot(path=str(lab.artifact(f"{stem}-validate.png")), full_page=True)
     assert "NotImplementedError" in text or "failed" in text.lower(), text[:500]
+    summary = dialog.locator(".autograder-validate-summary")
+    assert summary.count() == 1 and summary.is_visible()
+    said = summary.inner_text()
+    assert said.startswith("If you handed in now: 0 of 26 points."), said[:300]
+    assert "13 are not answered yet" in said and "Q1 (basics): not answered yet" in said
+    assert "it would score 0" in said
+    first = dialog.locator("#validation-message > div").first
+    assert not first.is_visible()  # the "following cell failed" label of the summary
+    assert 'from autograder import grade' not in text  # failures name their question
     page.keyboard.press("Escape")
 
 
