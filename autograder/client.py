@@ -1,8 +1,13 @@
 """The kernel side of the checks: talk to the oracle process.
 
-One oracle process per kernel is started on first use (``warm_up`` starts it in
-the background from the notebook's setup cell, so ``import torch`` in it overlaps
-the learner's reading). Nothing here imports torch.
+One oracle process per kernel. The notebook's setup cell starts it (``warm_up``): in a kernel
+that has run nothing but that cell, as a fork of the kernel itself, so the checker shares
+torch's pages with the kernel and costs a few megabytes rather than a second copy of torch
+(about 240 MB); elsewhere (a kernel that already ran other code, a script, ``AUTOGRADER_CHECKER
+=spawn``, a platform without ``fork``), as a new Python that imports torch again. Either way
+the checker is a separate process that learner code run later in the kernel cannot reach into,
+and a checker that dies is replaced by a new Python, never by a fork of a kernel that has run
+learner code. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -45,6 +50,118 @@ class CheckStopped(KeyboardInterrupt):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[0;31mCheckStopped\x1b[0m: {self}"]
+
+
+class _Forked:
+    """A checker forked from this kernel, seen through the few ``subprocess.Popen`` members
+    the client uses (see :func:`fork_checker`)."""
+
+    def __init__(self, pid: int, stdin, stdout) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("checker", timeout)
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        import signal
+
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def fork_allowed() -> bool:
+    """Whether the checker may be forked from this process: a Jupyter kernel that has run
+    nothing before the current cell (the setup cell of a notebook run from the top), so
+    that nothing a learner wrote is in the checker; ``AUTOGRADER_CHECKER=spawn`` says no."""
+    if os.environ.get("AUTOGRADER_CHECKER", "fork") != "fork" or not hasattr(os, "fork"):
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    entered = shell.user_ns.get("In")  # '' and then every cell run so far, this one included
+    return isinstance(entered, list) and len(entered) <= 2
+
+
+def return_freed_buffers() -> None:
+    """Make this process give the memory of large buffers it frees (a tensor of a megabyte or
+    more) back to the system at once. glibc's default raises its ``mmap`` threshold each time
+    such a buffer is freed, so later large tensors come from a heap that seldom shrinks: a
+    lesson that once ran a big batch kept tens of megabytes it no longer used. A fixed
+    threshold (``mallopt(M_MMAP_THRESHOLD)``) keeps them out of that heap. Not glibc: nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: 1 MiB, and no longer adjusted
+    except (OSError, AttributeError):
+        pass
+
+
+def fork_checker(preload: list[str]) -> _Forked:
+    """Fork this kernel as its checker: import what its checks need here first (so the pages
+    are shared), then the child becomes :func:`autograder.oracle.serve` on two pipes, in a
+    session of its own (the kernel's interrupts are not its own), and dies with the kernel."""
+    import gc
+    import signal
+
+    from autograder import oracle
+
+    oracle.prepare(preload)
+    # Everything imported so far is shared with the checker, page for page, until one side
+    # writes to a page. CPython's cyclic garbage collector writes to every object it tracks
+    # on each full collection, so the kernel's first one would copy torch's pages into it
+    # again: freeze them (never collected, never traversed), as preforking servers do.
+    gc.collect()
+    gc.freeze()
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the checker
+        try:
+            os.setsid()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass  # not Linux: the end of its stdin tells it the kernel is gone
+            os.dup2(to_r, 0)
+            os.dup2(from_w, 1)
+            os.closerange(3, 1 << 16)
+            oracle.serve()
+        finally:
+            os._exit(0)
+    os.close(to_r)
+    os.close(from_w)
+    return _Forked(pid, os.fdopen(to_w, "w", buffering=1), os.fdopen(from_r, "r"))
 
 
 class _Pipes:
@@ -90,6 +207,7 @@ class Oracle:
         self._started = False
         self._settled: dict[str, str] = {}  # request (JSON) -> its verdict (JSON)
         self._memo = True  # False when the oracle remembers verdicts itself (when grading)
+        self._ever_started = False  # a replacement is never a fork: the kernel may have run code
 
     # -- process management
     def _alive(self) -> bool:
@@ -107,15 +225,19 @@ class Oracle:
             return
         self._replies = queue.Queue()
         self._memo = True
-        self._proc = (spawn or subprocess.Popen)(
-            _oracle_command(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # a graded cell scores 0 on any stderr output
-            cwd=self._workdir,
-            text=True,
-            bufsize=1,
-        )
+        if spawn is None and not self._ever_started and fork_allowed():
+            self._proc = fork_checker(preload or [])  # type: ignore[assignment]
+        else:
+            self._proc = (spawn or subprocess.Popen)(
+                _oracle_command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,  # a graded cell scores 0 on any stderr output
+                cwd=self._workdir,
+                text=True,
+                bufsize=1,
+            )
+        self._ever_started = True
         self._started = False
         # The reader gets this process's own queue: a dead process's reader may wake up
         # only after the next process started, and its end-of-file must not look like
@@ -132,6 +254,7 @@ class Oracle:
         self._proc = _Pipes(read_fd, write_fd)  # type: ignore[assignment]
         self._started = False
         self._memo = False
+        self._ever_started = True
         threading.Thread(target=self._read, args=(self._proc, self._replies), daemon=True).start()
         self._send({"op": "ping", "id": 0, "preload": preload or []})
 

@@ -49,6 +49,26 @@ def load_lesson(assignment: str):
     return importlib.import_module(lesson_module_name(assignment)).lesson
 
 
+#: what every check needs: imported once by the checker, before it forks any check
+CHECKER_MODULES = ("autograder.questions", "autograder.restricted", "autograder.torchfacts")
+
+
+def prepare(lessons=()) -> None:
+    """Import, in this process, what checks of ``lessons`` need: the checks' own modules
+    (``torchfacts`` captures torch's descriptors here, before any learner code), each lesson's
+    module and the slow modules it declares (:attr:`autograder.questions.Lesson.preload`).
+    A lesson that cannot be loaded is reported when one of its questions is checked."""
+    for name in CHECKER_MODULES:
+        importlib.import_module(name)
+    for assignment in lessons:
+        try:
+            lesson = load_lesson(assignment)
+            for name in lesson.preload:
+                importlib.import_module(name)
+        except Exception:
+            pass
+
+
 def evaluate(request: dict) -> dict:
     """Grade one request in this process and return the verdict as JSON data, written in the
     request's ``language`` (English by default).
@@ -260,6 +280,7 @@ class Service:
         self.records: list[dict] = []
         self.memo: collections.OrderedDict = collections.OrderedDict()
         self.can_fork = hasattr(os, "fork")
+        self.prepared: set[str] = set()
 
     # -- replies and records
     def reply(self, message: dict) -> None:
@@ -297,23 +318,27 @@ class Service:
     def on_request(self, request: dict) -> None:
         op = request.get("op")
         if op == "ping":
-            for name in request.get("preload", []):
-                try:
-                    load_lesson(name)
-                except Exception:  # reported when a question of it is checked
-                    pass
+            self.prepare(request.get("preload", []))
             import torch
 
             self.reply({"id": request.get("id"), "pong": True, "torch": torch.__version__})
-            gc.freeze()  # a forked check never scans (and so never copies) what is loaded
         elif op == "cancel":
             self.cancel(request.get("target"))
         elif op == "evaluate":
+            self.prepare([request.get("lesson")])
             known = self.memo.get(request_key(request)) if self.grading else None
             if known is not None:
                 self.answer(request, known, True, "remembered")
             else:
                 self.pending.append(request)
+
+    def prepare(self, lessons) -> None:
+        """Load lessons here, once, so no check of theirs loads them again in its fork."""
+        new = [a for a in lessons if isinstance(a, str) and a not in self.prepared]
+        if new:
+            prepare(new)
+            self.prepared.update(new)
+            gc.freeze()  # a forked check never scans (and so never copies) what is loaded
 
     def cancel(self, target) -> None:
         if self.current is not None and self.current.request.get("id") == target:
@@ -427,13 +452,7 @@ def serve(control: int | None = None, log: int | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)  # tiny tensors; and forking after a thread pool spins up is fragile
-    # What the first optimizer a check creates imports (1.5-3 s): once here, not in every fork.
-    # Free when grading: the worker's zygote preloaded it.
-    import torch._dynamo  # noqa: F401
-
-    import autograder.questions  # noqa: F401  -- warm the fork template
-    import autograder.restricted  # noqa: F401
-    import autograder.torchfacts  # noqa: F401  -- capture torch's descriptors before any learner code
+    prepare()  # the checks' modules; each lesson's (and its slow imports) when first asked
 
     log_file = os.fdopen(log, "w", buffering=1) if log is not None else None
     Service(inp, proto, control, log_file).run()

@@ -456,11 +456,16 @@ class WriteCode(Question):
 
 
 class Lesson:
-    """The questions of one assignment, looked up by id."""
+    """The questions of one assignment, looked up by id.
 
-    def __init__(self, assignment: str, title: str):
+    ``preload``: modules its checks import that are slow to import (``torch._dynamo``, which the
+    first optimizer of a process imports: 1.5-3 s, 70 MB); the checker imports them once, before
+    it forks a check, instead of in every check (:func:`autograder.oracle.prepare`)."""
+
+    def __init__(self, assignment: str, title: str, preload: tuple[str, ...] = ()):
         self.assignment = assignment
         self.title = title
+        self.preload = tuple(preload)
         self.questions: dict[str, Question] = {}
 
     def register(self, cls: type[Question]) -> type[Question]:

@@ -29,7 +29,8 @@ from autograder.questions import (
 )
 from course.i18n import N_, _
 
-lesson = Lesson("02_retain_grad", N_("Where gradients are kept"))
+lesson = Lesson("02_retain_grad", N_("Where gradients are kept"),
+                preload=("torch._dynamo",))  # its checks train with optimizers
 
 
 def _values(t) -> Any:

@@ -38,7 +38,8 @@ from autograder.questions import (
 )
 from course.i18n import N_, _
 
-lesson = Lesson("03_detach", "detach() and its cousins")
+lesson = Lesson("03_detach", "detach() and its cousins",
+                preload=("torch._dynamo",))  # its checks train with optimizers
 
 
 def _error(ns: dict, name: str = "error"):

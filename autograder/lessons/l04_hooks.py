@@ -38,7 +38,8 @@ from autograder.questions import (
 )
 from course.i18n import N_, _
 
-lesson = Lesson("04_hooks", "Hooks: inspection probes")
+lesson = Lesson("04_hooks", "Hooks: inspection probes",
+                preload=("torch._dynamo",))  # its checks train with optimizers
 
 
 def _values(v) -> Any:

@@ -42,7 +42,8 @@ from autograder.questions import (
 )
 from course.i18n import N_, _, is_chinese
 
-lesson = Lesson("07_gradient_clinic", "The gradient clinic")
+lesson = Lesson("07_gradient_clinic", "The gradient clinic",
+                preload=("torch._dynamo",))  # its checks train with optimizers
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -44,7 +44,8 @@ from autograder.questions import (
 )
 from course.i18n import N_, _, is_chinese
 
-lesson = Lesson("08_capstone", N_("Capstone: a broken training loop"))
+lesson = Lesson("08_capstone", N_("Capstone: a broken training loop"),
+                preload=("torch._dynamo",))  # its checks train with optimizers
 
 
 # --------------------------------------------------------------------------- the script

@@ -1,0 +1,170 @@
+"""The checker a notebook's kernel starts: a fork of the kernel, clean, and gone with it.
+
+Real Jupyter kernels (jupyter_client), in the lesson's folder, as JupyterLab starts them. The
+setup cell forks the checker before any learner code runs, so it shares torch's pages with the
+kernel instead of importing torch again (benchmarks/bench_memory.py measures the memory). What
+that must not cost: a kernel that patches torch or the course afterwards still gets torch's true
+verdicts; two kernels checking at once each get their own; a checker killed in the middle of a
+check is replaced (by a new Python, never by a fork of a kernel that has run learner code) and
+the check answered; nothing is left running once the kernels are shut down.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = ('import torch\nimport course\nfrom autograder import checker, client\n'
+         'course.seed_everything(0)\ncheck = checker("01_leaves")')
+
+pytestmark = pytest.mark.slow
+
+
+class Kernel:
+    def __init__(self, tmp: Path) -> None:
+        from jupyter_client.manager import KernelManager
+
+        env = dict(os.environ, HOME=str(tmp), IPYTHONDIR=str(tmp / "ipython"),
+                   MPLCONFIGDIR=str(tmp / "mpl"))
+        env.pop("NBGRADER_EXECUTION", None)
+        env.pop("AUTOGRADER_CHECKER", None)
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(ROOT / "release" / "01_leaves"), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def send(self, code: str) -> str:
+        return self.kc.execute(code)
+
+    def collect(self, msg_id: str, timeout: float = 120) -> str:
+        out = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind == "error":
+                raise AssertionError(f"{content['ename']}: {content['evalue']}")
+            elif kind == "status" and content["execution_state"] == "idle":
+                return "".join(out)
+
+    def run(self, code: str, timeout: float = 120) -> str:
+        return self.collect(self.send(code), timeout)
+
+    def value(self, expr: str):
+        return eval(self.run(f"print(repr({expr}))").strip())  # noqa: S307 -- our own output
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    ks = [Kernel(tmp_path_factory.mktemp(f"kernel{i}")) for i in range(2)]
+    try:
+        for k in ks:
+            k.run(SETUP)
+        yield ks
+    finally:
+        for k in ks:
+            k.shutdown()
+
+
+def test_the_setup_cell_forks_the_checker_from_the_kernel(kernels):
+    a, _ = kernels
+    kind, checker = a.value("(type(client.oracle()._proc).__name__, client.oracle()._proc.pid)")
+    assert kind == "_Forked" and checker in _descendants(a.pid)
+    with open(f"/proc/{checker}/stat") as f:
+        assert int(f.read().split()[3]) == a.pid  # its parent is the kernel
+
+
+def test_a_kernel_that_patches_torch_and_the_course_still_gets_true_verdicts(kernels):
+    a, _ = kernels
+    a.run("torch.Tensor.is_leaf = property(lambda self: True)\n"
+          "torch.Tensor.grad = property(lambda self: torch.ones(2))\n"
+          "import autograder.questions as q\nq.values_equal = lambda *a, **k: True")
+    assert a.value('check("q6", [0.5, 0.5]).passed') is False
+    assert a.value('check("q6", [1.0, 1.0]).passed') is True
+
+
+def test_two_kernels_checking_at_once_get_their_own_verdicts(kernels):
+    a, b = kernels
+    answers = {a: "[1.0, 1.0]", b: "[0.25, 0.25]"}
+    ids = {k: k.send(f'print(check("q6", {v}).passed)') for k, v in answers.items()}
+    got = {k: k.collect(i).strip() for k, i in ids.items()}
+    assert got == {a: "True", b: "False"}
+
+
+def test_a_checker_killed_mid_check_is_replaced_and_the_check_answered(kernels):
+    _, b = kernels
+    old = b.value("client.oracle()._proc.pid")
+    slow = ("def weigh_parcels():\n    n = 0\n    for i in range(10 ** 7):\n        n += 1\n"
+            "    w = torch.zeros(3, requires_grad=True)\n"
+            "    (w * torch.tensor([1.0, 2.0, 3.0])).sum().backward()\n    return w\n")
+    code = (f"import os, threading\n{slow}"
+            f"threading.Timer(0.5, os.kill, args=({old}, 9)).start()\n"
+            "print(check('q11', weigh_parcels).passed)")
+    assert b.run(code, timeout=180).strip() == "True"
+    kind, new = b.value("(type(client.oracle()._proc).__name__, client.oracle()._proc.pid)")
+    assert new != old and not _alive(old)
+    assert kind == "Popen"  # a new Python: this kernel has run learner code since
+
+
+def test_nothing_is_left_running_after_the_kernels_shut_down(tmp_path):
+    k = Kernel(tmp_path)
+    k.run(SETUP)
+    k.run('check("q6", [1.0, 1.0])')
+    started = [k.pid, *_descendants(k.pid)]
+    assert len(started) >= 2  # the kernel and its checker
+    k.shutdown()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in started if _alive(p)]
+
+
+def test_a_kernel_that_ran_code_before_the_setup_cell_does_not_fork(tmp_path):
+    """A checker forked from a kernel would carry whatever ran there first: a kernel that ran
+    another cell before the setup cell starts a new Python instead."""
+    k = Kernel(tmp_path)
+    try:
+        k.run("x = 1")
+        k.run(SETUP)
+        assert k.value("type(client.oracle()._proc).__name__") == "Popen"
+    finally:
+        k.shutdown()
+
