@@ -109,6 +109,10 @@ class Item:
     ``why`` explains the true behaviour (shown when the learner is wrong);
     ``myth`` names the misconception a wrong answer most likely comes from, or a
     callable ``(given, expected) -> key`` choosing it from the wrong answer.
+
+    ``single``: the blank is a list that a probe (a hook) filled, answered as the list itself,
+    the value the question's own code leaves in it (``[[0.5, 0.5]]`` after one call); a list
+    filled exactly once may also be answered by its one entry (``[0.5, 0.5]``).
     """
 
     key: str
@@ -116,6 +120,7 @@ class Item:
     myth: str | Callable[[Any, Any], str | None] | None = None
     part: str = "main"
     tol: float = 1e-5
+    single: bool = False
 
     def myth_for(self, given: Any, expected: Any) -> str | None:
         if callable(self.myth):
@@ -193,7 +198,9 @@ class Predict(Question):
         given = answer[key]
         if given is Ellipsis:
             return todo(_("`{key}`: not answered yet (still `...`).", key=key), item=key, part=p)
-        if values_equal(given, expected, item.tol):
+        if values_equal(given, expected, item.tol) or (
+                item.single and isinstance(expected, list) and len(expected) == 1
+                and values_equal(given, expected[0], item.tol)):
             return right(_("`{key}`: {given}, right.", key=key, given=show(given)), item=key,
                          part=p)
         if isinstance(expected, bool) and not isinstance(given, bool):

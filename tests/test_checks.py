@@ -118,6 +118,55 @@ def test_untouched_answers_are_not_answered_and_name_no_misconception(assignment
         assert not any(f["misconception"] for f in verdict["findings"]), qid
 
 
+def _literal(value):
+    """What a learner types for a value the scenario's own code produced: a tensor as its
+    list of values, anything else as it is (None when it is not plain data)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        items = [_literal(v) for v in value]
+        return None if any(i is None and v is not None for i, v in zip(items, value,
+                                                                       strict=True)) else items
+    return None
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_value_a_predict_questions_own_code_produces_is_always_accepted(assignment):
+    """For every blank whose name is an expression of the question's code (``seen``,
+    ``x.grad``, ``station.is_leaf``): the value that expression has after the code ran, typed
+    as a learner types it, is right, whatever shape the explanation prefers. (Not the blanks
+    that ask a yes/no question about a variable, such as "is ``flour`` a leaf?".)"""
+    from autograder.questions import learner_namespace
+
+    tried = 0
+    for qid, question in _lesson(assignment).questions.items():
+        if not isinstance(question, Predict) or type(question).scenario is not Predict.scenario:
+            continue  # a scenario of its own: its blanks are not read off ``code``
+        torch.manual_seed(0)
+        ns = learner_namespace()
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(question.code, qid, "exec"), ns)  # noqa: S102
+        facts = question.facts(ns)
+        for item in question.items:
+            try:
+                value = eval(item.key, ns)  # noqa: S307 -- the course's own question code
+            except Exception:
+                continue  # a blank that names no expression ("error", "order", ...)
+            literal = _literal(value)
+            if (literal is None and value is not None) or (
+                    isinstance(facts[item.key], bool) != isinstance(literal, bool)):
+                continue  # not plain data, or the blank asks a yes/no question about it
+            finding = question.judge(item, {item.key: literal}, facts[item.key])
+            assert finding.status == "right", (qid, item.key, literal, finding.text)
+            tried += 1
+    assert tried or not any(isinstance(q, Predict) for q in _lesson(assignment).questions.values())
+
+
 def _answer_variables(assignment):
     """qid -> the name of the variable or function its graded cells pass."""
     return {qid: var for qid, _part, _variant, var in _graded_calls(assignment)}

@@ -36,7 +36,7 @@ def _wrong(verdict):
 
 Q1 = {"monday": [2.0, 0.0, -1.0], "tuesday": [4.0, 4.0, 5.0]}
 Q2 = {"after_default": None, "alarm": True, "after_zeros": [0.0, 0.0]}
-Q3 = {"suspect_station.grad": [0.5, 0.5], "seen": [0.5, 0.5], "late_station.grad": None,
+Q3 = {"suspect_station.grad": [0.5, 0.5], "seen": [[0.5, 0.5]], "late_station.grad": None,
       "original.grad": [2.75, 4.75], "late_station.retains_grad": True,
       "original.retains_grad": False}
 Q4 = {"second": RuntimeError, "again": None, "x.grad": [4.0, 6.0]}
@@ -99,6 +99,7 @@ WRONG = [
     # Q3
     ("q3", {**Q3, "late_station.grad": [0.5, 0.5]}, "retain_grad_after_backward"),
     ("q3", {**Q3, "seen": None}, "nonleaf_grad_never_computed"),
+    ("q3", {**Q3, "seen": []}, "nonleaf_grad_never_computed"),
     ("q3", {**Q3, "original.grad": [0.75, 0.75]}, "one_route_only"),
     ("q3", {**Q3, "original.grad": [2.0, 4.0]}, "one_route_only"),
     ("q3", {**Q3, "late_station.retains_grad": False}, "retains_grad_means_stored"),
@@ -197,6 +198,7 @@ def test_a_typical_wrong_answer_gets_an_aimed_hint(qid, answer, expect):
 
 RIGHT = [
     ("q1", {"monday": torch.tensor([2.0, 0.0, -1.0]), "tuesday": [4, 4, 5]}),
+    ("q3", {**Q3, "seen": [0.5, 0.5]}),  # the one entry of the list the probe filled
     ("q4", {**Q4, "x.grad": torch.tensor([4.0, 6.0])}),
     ("q6", FIRST.replace("    h.retain_grad()\n", "    kept = []\n    h.register_hook(kept.append)\n")
      .replace("return h.grad", "return kept[0]")),

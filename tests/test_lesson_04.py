@@ -204,6 +204,7 @@ CODE_WRONG = [  # (qid, source, part, variant, the misconceptions named; set() =
     ("q8", WEIGHT_PROBES, "norms", "visible", {"monitor_watches_layer"}),
     ("q8", EARLIER_PASS, "norms", "hidden", {"monitor_watches_layer"}),
     ("q8", NORMS.replace("named_modules", "named_children"), "norms", "hidden", set()),
+    ("q8", NORMS.replace("named_modules", "named_children"), "norms", "visible", set()),
     ("q8", NORMS.replace("grad_output[0]", "grad_input[0]"), "norms", "visible", set()),
     ("q9", HISTORY_BUG.replace("p.grad)", "p.grad.data)"), None, "visible", {"grad_log_aliases"}),
     ("q9", HISTORY_BUG.replace("p.grad)", "p.grad.detach())"), None, "visible",
@@ -218,6 +219,11 @@ CODE_WRONG = [  # (qid, source, part, variant, the misconceptions named; set() =
                               "        handle.remove()\n        opt.zero_grad()\n"), None,
      "visible", set()),
     ("q10", TRAIN_BUG.replace("g.norm().item()", "g.norm()"), None, "hidden", {"hooks_pile_up"}),
+    # the probes still pile up; only the repeated numbers are dropped from the log
+    ("q10", TRAIN_BUG.replace("    return log", "    return list(dict.fromkeys(log))"), None,
+     "visible", {"hooks_pile_up"}),
+    ("q10", TRAIN_BUG.replace("    return log", "    return list(dict.fromkeys(log))"), None,
+     "hidden", {"hooks_pile_up"}),
     ("q10", TRAIN_BUG.replace("        opt.zero_grad()\n", "").replace(
         "        opt.step()\n", "        opt.step()\n        handle.remove()\n"), None, "visible",
      set()),
@@ -250,6 +256,18 @@ def test_piled_probes_are_counted():
     assert "1 + 2 + ... + 3" in count["text"] and count["misconception"] == "hooks_pile_up"
 
 
+def test_a_log_cleaned_of_its_repeats_is_told_the_probes_still_pile_up():
+    src = TRAIN_BUG.replace("    return log", "    return list(dict.fromkeys(log))")
+    (piled,) = _wrong(_code("q10", src))
+    assert "3 probes are still installed" in piled["text"], piled["text"]
+
+
+def test_the_probe_list_is_right_as_the_code_leaves_it_and_as_its_one_entry():
+    assert _predict("q1", RIGHT["q1"])["passed"]
+    assert _predict("q1", {**RIGHT["q1"], "seen": [4.0, 8.0, 12.0]})["passed"]
+    assert not _predict("q1", {**RIGHT["q1"], "seen": [[4.0, 8.0, 12.0]] * 2})["passed"]
+
+
 def test_grad_input_crash_says_which_layer_has_none():
     verdict = _code("q8", NORMS.replace("grad_output[0]", "grad_input[0]"))
     assert all("`grad_output[0]`" in f["text"] for f in _wrong(verdict))
@@ -280,6 +298,9 @@ CORRECT = [
     ("q9", HISTORY_BUG.replace("p.grad)", "p.grad.tolist())")),
     ("q9", HISTORY_BUG.replace("p.grad)", "p.grad.detach().clone())")),
     ("q10", TRAIN_BUG.replace("        opt.step()\n", "        opt.step()\n        handle.remove()\n")),
+    ("q10", TRAIN_BUG.replace("    for step in range(steps):\n        handle = ",
+                              "    handle = ").replace(
+        "        opt.zero_grad()\n", "    for step in range(steps):\n        opt.zero_grad()\n")),
     ("q10", TRAIN_BUG.replace("    for step in range(steps):\n        handle = ",
                               "    handle = ").replace(
         "        opt.zero_grad()\n", "    for step in range(steps):\n        opt.zero_grad()\n")

@@ -152,7 +152,7 @@ def _late_myth(given: Any, expected: Any) -> str | None:
 
 
 def _seen_myth(given: Any, expected: Any) -> str | None:
-    if given is None and expected is not None:
+    if given in (None, [], [None]) and expected:
         return "nonleaf_grad_never_computed"
     return None
 
@@ -177,7 +177,7 @@ class Q3Monitors(Predict):
              part="grads"),
         Item("seen", "The probe sees the gradient flowing through late_station during backward: "
              "d check_result / d late_station = 1/2 for each element. Non-leaf gradients are "
-             "computed; they are only not stored.", _seen_myth, part="grads"),
+             "computed; they are only not stored.", _seen_myth, part="grads", single=True),
         Item("late_station.grad", "`retain_grad()` after backward() comes too late: nothing was "
              "stored, and .grad stays None.", _late_myth, part="grads"),
         Item("original.grad", "`original` reaches check_result by two routes: 0.5*1.5 through the "
@@ -194,7 +194,7 @@ class Q3Monitors(Predict):
     def facts(self, ns):
         return {
             "suspect_station.grad": tf.grad_values(ns["suspect_station"]),
-            "seen": ns["seen"][0] if ns["seen"] else None,
+            "seen": ns["seen"],
             "late_station.grad": tf.grad_values(ns["late_station"]),
             "original.grad": tf.grad_values(ns["original"]),
             "late_station.retains_grad": tf.retains_grad(ns["late_station"]),

@@ -135,7 +135,7 @@ class Q1StationProbe(Predict):
     items = [
         Item("seen", "The probe is called once, with d loss / d station = 2 * station = "
              "[4, 8, 12]: the gradient of a non-leaf *is* computed on the way back to `x`. Give "
-             "the list the probe filled: a list holding one list.", _seen_myth),
+             "the list the probe filled: a list holding one list.", _seen_myth, single=True),
         Item("station.grad", "The gradient passed the probe but is not stored: `station` is a "
              "transit station and nobody called `retain_grad()`. Its `.grad` is `None`.",
              _stored_myth),
@@ -556,7 +556,9 @@ NORM_MODELS = {
     "mlp": ("nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), "
             "nn.Linear(8, 2))", (16, 4)),
     "nested": ("nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Sequential(nn.Linear(5, 5), "
-               "nn.Sigmoid()), nn.Linear(5, 3))", (7, 6)),  # hidden tests only
+               "nn.Sigmoid()), nn.Linear(5, 3))", (7, 6)),
+    "deep": ("nn.Sequential(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), nn.Linear(4, 4), "
+             "nn.Sequential(nn.ReLU(), nn.Sequential(nn.Linear(4, 2))))", (5, 3)),  # hidden only
 }
 
 
@@ -722,7 +724,8 @@ class Q8LayerNorms(WriteCode):
     part_names = ["norms", "cleanup"]
 
     def grade_code(self, fn, part, variant):
-        labels = ["mlp", "nested"] if variant == "hidden" else ["mlp"]
+        # nested layers in the visible check too: the question asks for them by name
+        labels = ["mlp", "nested", "deep"] if variant == "hidden" else ["mlp", "nested"]
         verdicts = []
         for label in labels:
             spec, shape = NORM_MODELS[label]
@@ -815,6 +818,37 @@ def grad_history(steps):
 
 # --------------------------------------------------------------------------- Q10 piled probes
 
+@dataclass
+class _Probed:
+    """The learner's result, and the most tensor probes left installed on one tensor that
+    their function registered a probe on."""
+
+    result: Any
+    warnings: list[str]
+    most_installed: int
+
+
+def _probed_run(fn: LearnerFunction, *args: Any) -> _Probed:
+    """Run the learner's function, noting every tensor it calls ``register_hook`` on (this runs
+    in the checker's throw-away fork of a check: the patch dies with it)."""
+    import torch
+
+    hooked: list = []
+    original = torch.Tensor.register_hook
+
+    def register_hook(self, hook):
+        hooked.append(self)
+        return original(self, hook)
+
+    torch.Tensor.register_hook = register_hook
+    try:
+        run = run_learner(fn, *args)
+    finally:
+        torch.Tensor.register_hook = original
+    most = max((len(t._backward_hooks or {}) for t in hooked), default=0)
+    return _Probed(run.result, run.warnings, most)
+
+
 def _reference_training(steps: int) -> list[float]:
     import torch
 
@@ -874,8 +908,17 @@ def train_with_log(steps):
             return False, _("the reference run logs {want}, yours {got}: already at step 1 the "
                             "logged number is not the weight's gradient norm", **logs)
 
-        return self.run_and_require(fn, [
+        def one_probe(run: _Probed):
+            if run.most_installed <= 1:
+                return True, ""
+            return (False, _("after {steps} steps, {n} probes are still installed on one "
+                             "tensor: each step added one, so step k ran k probes. Dropping the "
+                             "repeated numbers from the log hides the pile-up; it does not stop "
+                             "it", steps=steps, n=run.most_installed), "hooks_pile_up")
+
+        return score(self.qid, [
             _count(steps, _("one entry per training step ({steps} steps)", steps=steps),
                    piled="hooks_pile_up"),
             Requirement("entry k is the norm of the weight's gradient at step k", values),
-        ], part, args=(steps,))
+            Requirement("the probes do not pile up: at most one on the weight", one_probe),
+        ], lambda: _probed_run(fn, steps), part)
