@@ -170,8 +170,12 @@ def checker(lesson: str) -> Checker:
     """A visible-check function bound to one assignment; also warms up the oracle, and says
     when the assignment is due (if the course sets a due date). The lesson's kernel also
     returns the memory of large tensors it frees to the system from here on
-    (:func:`autograder.client.return_freed_buffers`)."""
+    (:func:`autograder.client.return_freed_buffers`), and shows where Run All stopped
+    (:mod:`autograder.runall`)."""
     _client.return_freed_buffers()
+    from autograder import runall
+
+    runall.install()
     warm_up(lesson)
     _say_when_due(lesson)
     return Checker(lesson)

@@ -18,7 +18,9 @@ guide point at the English pages (the docs exist only in English). Every page li
 other edition's page (:data:`EDITIONS`). The Chinese notebooks' code cells are the English
 ones but for the setup cell's ``course.set_language("zh-CN")`` and the strings the figures
 show, so each edition's lessons are executed (jupyter-cache, one cache for both): the Chinese
-pages show what the code prints in Chinese, explorers and figures included.
+pages show what the code prints in Chinese, explorers and figures included. Its search splits
+Chinese text into words with jieba (Sphinx's Chinese search), given the course's terms as a user
+dictionary (:data:`SEARCH_WORDS`), so 叶子张量 is found as one word and as 叶子 and 张量.
 
 The build has three steps. :func:`stage` writes the book's sources into ``OUT/book``
 (configuration and static files from the repository's ``site/`` folder, MathJax from the
@@ -64,6 +66,9 @@ SETUP_CELL = ("# The course site: explorers show precomputed states (course/stat
               "import course.static_states\n"
               "course.static_states.enable()")
 EXERCISE_TAGS = ["skip-execution", "site-exercise"]
+#: the Chinese edition's search dictionary, beside its _config.yml: Sphinx splits Chinese text
+#: into words with jieba, which keeps these whole (course.terminology.search_words)
+SEARCH_WORDS = "_search_words.txt"
 
 
 class SiteError(RuntimeError):
@@ -328,8 +333,8 @@ def course_map_zh(course: Path, edition: Edition = ZH) -> str:
             "查看；在JupyterLab里，每个控件都能现场运行。练习只显示答案模板：请在笔记本里作答"
             "（见README的快速开始），检查会在那里运行。[术语表](glossary.md)列出两个比喻和技术"
             "术语的中文用词。\n\n"
-            "在当前版本中，各课的正文是中文；探索器的标签和提示信息、检查的反馈以及图表标题仍是"
-            "英文，代码、torch的API名称、报错和警告文本保持原样。\n\n"
+            "各课的正文、探索器、检查的反馈和图表都是中文；代码本身、torch的API名称以及torch"
+            "自己的报错和警告文本保持原样。站内搜索能找到中文词语（叶子张量、钩子、梯度……）。\n\n"
             f'梯度流医生的完整文档：<a href="{doc}" hreflang="en">梯度流医生</a>（英文文档）。'
             f"教师指南：{guide}（英文文档）。\n\n"
             f"## 课程地图\n\n{body}\n")
@@ -415,6 +420,7 @@ def pages_of(course: Path, edition: Edition) -> list[str]:
 # What differs in the Chinese edition's configuration (site/_config.yml is the English one).
 ZH_CONFIG = {
     "title": "叶子张量：一门交互式的PyTorch自动微分课程",
+    "author": "课程作者",
     "html": {"extra_footer": "由课程的中文发放版笔记本构建，在构建网站时用torch执行。"},
     "sphinx": {"config": {"language": "zh_CN",
                           "html_theme_options": {"search_bar_text": "搜索课程……"}}},
@@ -478,9 +484,16 @@ def stage(course: Path, book: Path, cache: Path, edition: Edition = EN) -> list[
 
     course, written = course.resolve(), set()
     config = book_config(course, edition, cache)
+    if edition is not EN:
+        config["sphinx"]["config"]["html_search_options"] = {
+            "dict": str((book / SEARCH_WORDS).resolve())}
     _write(book / "_config.yml", "# generated from site/_config.yml by `autograder site`\n"
            + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), written)
     _write(book / "_toc.yml", toc(course, edition), written)
+    if edition is not EN:  # the search's dictionary (referred to by _config.yml, above)
+        from course.terminology import search_words
+
+        _write(book / SEARCH_WORDS, "".join(f"{w}\n" for w in search_words()), written)
     for folder in ("_static", "_templates"):
         for f in sorted((course / "site" / folder).rglob("*")):
             if f.is_file():

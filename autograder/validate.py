@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 from pathlib import Path
 
 from nbgrader.validator import Validator
@@ -45,6 +46,15 @@ def _question_line(cell) -> str:
     return first.strip('"').strip() or cell["metadata"]["nbgrader"].get("grade_id", "")
 
 
+_POINTS = re.compile(r"\s*[(（]\s*\d+(\.\d+)?\s*(points?|分)\s*[)）].*$")
+
+
+def _question_name(cell) -> str:
+    """A graded cell's name as its docstring gives it, in the notebook's language, without its
+    points: ``Q5, hygiene`` (``第5题，无副作用`` in the Chinese edition)."""
+    return _POINTS.sub("", _question_line(cell)).strip()
+
+
 def summary(nb, notebook_path: Path, now: dt.datetime | None = None) -> str:
     """The summary entry's HTML for an executed notebook."""
     from autograder.feedback import label
@@ -68,7 +78,7 @@ def summary(nb, notebook_path: Path, now: dt.datetime | None = None) -> str:
         counts[state] += 1
         if state == "right":
             earned += points
-        name = label(verdict) if verdict is not None else _question_line(cell)
+        name = _question_name(cell) or (label(verdict) if verdict is not None else "")
         detail = said(verdict) if verdict is not None else (
             _("passes") if state == "right" else _("does not pass"))
         got = _("{points} of {total}", points=format(points if state == "right" else 0, "g"),

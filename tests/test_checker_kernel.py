@@ -168,3 +168,30 @@ def test_a_kernel_that_ran_code_before_the_setup_cell_does_not_fork(tmp_path):
     finally:
         k.shutdown()
 
+
+
+def _messages(kernel: Kernel, code: str) -> list[tuple[str, dict]]:
+    msg_id, out = kernel.send(code), []
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return out
+        out.append((msg["msg_type"], msg["content"]))
+
+
+def test_an_unanswered_question_says_run_all_stopped_there_and_still_ends_in_its_error(kernels):
+    """autograder.runall: the answer template's own ``raise NotImplementedError()`` shows the
+    sign (and a script that scrolls to it), then the error as always, so Run All stops there;
+    a NotImplementedError from inside a function the cell called shows no sign."""
+    a, _ = kernels
+    got = _messages(a, "q = ...\nraise NotImplementedError()")
+    kinds = [k for k, _ in got]
+    assert kinds[-1] == "error" and got[-1][1]["ename"] == "NotImplementedError"
+    shown = [c["data"] for k, c in got if k == "display_data"]
+    assert "autograder-run-all-stopped" in shown[0]["text/html"]
+    assert shown[0]["text/plain"].startswith("Run All stopped here")
+    assert "scrollIntoView" in shown[1]["application/javascript"]
+    inner = _messages(a, "def todo():\n    raise NotImplementedError()\ntodo()")
+    assert [k for k, _ in inner if k in ("display_data", "error")] == ["error"]

@@ -496,3 +496,23 @@ def test_chinese_pages_render_cjk_glyphs(built, offline_page):
     page.wait_for_load_state("load")
     assert page.url == (html_dir / "zh-CN" / "lessons" / "01_leaves.html").as_uri()
     assert errors == [] and aborted == []
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("word", ["叶子", "叶子张量", "钩子", "梯度", "分拣中心"])
+def test_the_chinese_site_search_finds_chinese_words(built, offline_page, word):
+    """Sphinx indexes the Chinese pages word by word with jieba and the course's terms
+    (course.terminology.search_words): a compound such as 叶子张量 is found whole, as its parts
+    are; the results are the Chinese lessons."""
+    from urllib.parse import quote
+
+    page, _aborted, _errors = offline_page
+    search = built[0] / "zh-CN" / "search.html"
+    page.goto(search.as_uri() + "?q=" + quote(word))
+    # the summary line is written when the search has finished, found or not
+    page.wait_for_selector("#search-results p.search-summary", state="attached")
+    hits = page.locator("ul.search li a").evaluate_all("as => as.map(a => a.href)")
+    assert any("/zh-CN/lessons/" in h for h in hits), (word, hits[:5],
+                                                       page.locator("#search-results").inner_text())
+    # (Sphinx then fetches each hit for a snippet, which a file:// page may not: those
+    # errors are the offline site's, and the hits are what the reader needs)

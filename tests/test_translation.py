@@ -279,3 +279,63 @@ def test_translate_check_command_exits_1_and_names_the_cell(tmp_path):
                            "--course", str(course)], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert repr(cell.id) in proc.stdout and "stale" in proc.stdout
+
+
+def _chinese_texts():
+    """Every Chinese text a learner reads that is not generated from another one here: the
+    lessons' and the code's catalogs, the READMEs, the analogy tables, the site's own words."""
+    import glob
+
+    import polib
+
+    from autograder import site
+    from course import themes
+
+    texts = {}
+    for path in sorted(glob.glob(str(ROOT / "translations/zh_CN/*.po"))
+                       + glob.glob(str(ROOT / "course/locale/zh_CN/*.po"))):
+        for entry in polib.pofile(path):
+            texts[f"{path[len(str(ROOT)) + 1:]}:{entry.linenum}"] = entry.msgstr
+    for name in ("README.zh-CN.md", "translations/zh_CN/README.md"):
+        texts[name] = (ROOT / name).read_text()
+    for table in (themes.GLOSSARY_ZH, themes.MESSAGES_ZH):
+        for theme, entries in table.items():
+            texts.update({f"themes {theme} {key}": v for key, v in entries.items()})
+    texts["the site's front page"] = site.course_map_zh(ROOT)
+    texts["the site's configuration"] = repr(site.ZH_CONFIG)
+    return texts
+
+
+def test_one_chinese_term_for_each_idea():
+    """course.terminology.TERMS_ZH: no Chinese text uses a variant it replaced (第1题, never
+    问题1; 探索器, never 交互图示; 运行所有单元格, the menu's words for Run All)."""
+    from course.terminology import variants_in
+
+    found = {where: variants_in(text) for where, text in _chinese_texts().items()}
+    found = {where: v for where, v in found.items() if v}
+    assert not found, "\n".join(f"{where}: {', '.join(f'{a} (use {b})' for a, b in v)}"
+                                for where, v in found.items())
+
+
+def test_the_terminology_check_finds_a_variant_but_not_a_quoted_one():
+    from course.terminology import search_words, variants_in
+
+    assert variants_in("### 问题3（2分）：交互图示") == [("问题3", "第N题"), ("交互图示", "探索器")]
+    assert variants_in("文章说“默认非叶张量梯度释放”") == []
+    words = search_words()
+    assert {"叶子张量", "钩子", "梯度", "探索器", "分拣中心"} <= set(words)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_validate_names_each_graded_cell_in_the_notebooks_language(assignment):
+    """Validate's summary names a graded cell as its docstring does, points left out: the
+    Chinese edition's names are Chinese (第5题，无副作用), never a part's id (hygiene)."""
+    from autograder.validate import _graded, _question_name
+
+    for root, pattern in (("", r"^Q\d+\b"), (ED.root(ROOT).name, r"^第\d+题")):
+        base = ROOT / root if root else ROOT
+        nb = read(base / "release" / assignment / f"{assignment}.ipynb")
+        names = [_question_name(c) for c in nb.cells if _graded(c)]
+        assert names, assignment
+        for name in names:
+            assert re.match(pattern, name) and not re.search(r"points?\b|分[）)]", name), name

@@ -104,6 +104,19 @@ def test_notebook_runs_and_widgets_respond(nb, lab, page):
     stem = name.removesuffix(".ipynb")
     try:
         run_all(page, lab, name)
+        if nb.stops_at is not None:
+            # where Run All stopped is said there, and that cell is brought into view
+            stopped = page.locator(".autograder-run-all-stopped")
+            stopped.wait_for(state="attached")
+            assert stopped.count() == 1 and "Run All stopped here" in stopped.inner_text()
+            error = page.locator(".jp-OutputArea-output[data-mime-type="
+                                 "'application/vnd.jupyter.stderr']", has_text="Traceback")
+            assert "NotImplementedError" in error.first.inner_text()  # and the error, as ever
+            page.wait_for_function(
+                "() => { const r = document.querySelector('.autograder-run-all-stopped')"
+                ".getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }",
+                timeout=10_000)
+            page.screenshot(path=str(lab.artifact(f"{stem}-run-all-stopped.png")))
         if page.locator(".graph-explorer").count() or nb.path is None:
             page.wait_for_selector(".graph-explorer .ge-figure img")
         page.screenshot(path=str(lab.artifact(f"{stem}-after-run-all.png")), full_page=True)
@@ -195,7 +208,7 @@ def validate(page, lab, stem: str) -> None:
     assert summary.count() == 1 and summary.is_visible()
     said = summary.inner_text()
     assert said.startswith("If you handed in now: 0 of 26 points."), said[:300]
-    assert "13 are not answered yet" in said and "Q1 (basics): not answered yet" in said
+    assert "13 are not answered yet" in said and "Q1, flour, dough, bread and meat: not answered yet" in said
     assert "it would score 0" in said
     first = dialog.locator("#validation-message > div").first
     assert not first.is_visible()  # the "following cell failed" label of the summary
