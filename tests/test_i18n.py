@@ -171,3 +171,36 @@ def test_chinese_figures_fall_back_to_a_cjk_font_with_real_glyphs():
     finally:
         i18n.set_language("en")
     assert i18n.CJK_FONT not in matplotlib.rcParams["font.family"]
+
+
+def test_no_message_shows_a_markup_character_to_its_reader():
+    """Every message of the code, English and Chinese, as the learner reads it (course.markup:
+    text and HTML): no backtick, no asterisks of emphasis or bold left."""
+    import glob
+    import re
+
+    import polib
+
+    from course.markup import EMPHASIS, plain, rich
+
+    left = []
+    for path in sorted(glob.glob(str(messages.ROOT / "course/locale/zh_CN/*.po"))):
+        for entry in polib.pofile(path):
+            for text in (entry.msgid, entry.msgstr):
+                shown = plain(text)
+                html = re.sub(r"<code>.*?</code>", "", rich(text))
+                if "`" in shown or EMPHASIS.search(shown) or "`" in html \
+                        or EMPHASIS.search(html):
+                    left.append(f"{path.rsplit('/', 1)[-1]}:{entry.linenum}: {text[:70]}")
+    assert not left, "\n".join(left)
+
+
+def test_emphasis_is_rendered_and_arithmetic_is_not():
+    from course.markup import plain, rich
+
+    assert rich("a hook *returns* a `tensor`") == "a hook <em>returns</em> a <code>tensor</code>"
+    assert plain("the *saved* `w`") == "the saved w"
+    assert rich("不会被**存入**.grad") == "不会被<strong>存入</strong>.grad"
+    for arithmetic in ("2 * station", "3*w**2", "1/(2*sqrt(h))", "`a*b*c`", "(w + 1)**3 = 1.1**3",
+                       "sum(w ** 2)"):
+        assert "<em>" not in rich(arithmetic) and "*" in plain(arithmetic)

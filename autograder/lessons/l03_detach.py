@@ -679,7 +679,7 @@ def custom_loss(output, target, feat):
                 _backward_runs(fn, name),
                 Requirement(_("{case}: the output layer gets the right gradient", case=name),
                             _after_backward(head_grad)),
-                Requirement(_("{case}: `mid_layer` gets the gradient of *both* terms",
+                Requirement(_("{case}: `mid_layer` gets the gradient of both terms",
                               case=name), _after_backward(mid_grad)),
             ], run, part))
         return Verdict.merge(self.qid, verdicts)

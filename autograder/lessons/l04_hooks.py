@@ -134,7 +134,7 @@ class Q1StationProbe(Predict):
     code = STATION_PROBE
     items = [
         Item("seen", "The probe is called once, with d loss / d station = 2 * station = "
-             "[4, 8, 12]: the gradient of a non-leaf *is* computed on the way back to `x`. Give "
+             "[4, 8, 12]: the gradient of a non-leaf is computed on the way back to `x`. Give "
              "the list the probe filled: a list holding one list.", _seen_myth, single=True),
         Item("station.grad", "The gradient passed the probe but is not stored: `station` is a "
              "transit station and nobody called `retain_grad()`. Its `.grad` is `None`.",
