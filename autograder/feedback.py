@@ -90,12 +90,26 @@ def _distinct(verdict: Verdict) -> list:
     return out
 
 
+def _first_naming(findings: list) -> set[int]:
+    """The positions of the findings whose belief is named under them: the first finding of
+    each belief (three wrong items from one belief name it once)."""
+    named, out = set(), set()
+    for i, f in enumerate(findings):
+        if f.misconception and f.misconception not in named:
+            named.add(f.misconception)
+            out.add(i)
+    return out
+
+
 def text(verdict: Verdict) -> str:
-    """Plain-text feedback: the headline, then one marked line per finding."""
+    """Plain-text feedback: the headline, then one marked line per finding, each belief named
+    once, under the first finding that shows it."""
     lines = [headline(verdict)]
-    for f in _distinct(verdict):
+    findings = _distinct(verdict)
+    naming = _first_naming(findings)
+    for i, f in enumerate(findings):
         lines.append(f"  {MARK[f.status]} {plain(f.text)}")
-        if f.misconception:
+        if i in naming:
             name, where = _misconception(f.misconception)
             lines.append("      " + _belief(plain(name), plain(where)))
     return "\n".join(lines)
@@ -106,9 +120,11 @@ def html(verdict: Verdict) -> str:
     head = (f'<div style="font-weight:bold;color:{COLOUR[state]}">'
             f"{_html.escape(headline(verdict))}</div>")
     rows = []
-    for f in _distinct(verdict):
+    findings = _distinct(verdict)
+    naming = _first_naming(findings)
+    for i, f in enumerate(findings):
         myth = ""
-        if f.misconception:
+        if i in naming:
             name, where = _misconception(f.misconception)
             myth = ('<div style="color:#444;font-style:italic;margin-left:1.4em">'
                     f"{_belief(rich(name), rich(where))}</div>")

@@ -519,6 +519,19 @@ def test_feedback_renders_as_text_and_html():
     assert autograder.check("01_leaves", "q6", [1.0, 1.0]).passed
 
 
+def test_a_belief_shown_by_several_wrong_items_is_named_once():
+    from autograder import feedback
+    from autograder.verdict import Finding, Verdict
+
+    verdict = Verdict("q9", [Finding("wrong", f"`{k}`: no.", item=k,
+                                     misconception="nonleaf_grad_stored") for k in "abc"]
+                      + [Finding("right", "`d`: right.", item="d")])
+    for shown in (feedback.text(verdict), feedback.html(verdict)):
+        assert shown.count("common belief") == 1, shown
+        first, second = [m.start() for m in re.finditer(": no.", shown)][:2]
+        assert first < shown.index("common belief") < second  # under the first wrong item
+
+
 def test_unknown_question_and_part_are_reported():
     assert "Unknown question" in _l01("q99", 1)["findings"][0]["text"]
     assert "no part" in _l01("q1", Q1_RIGHT, part="nope")["findings"][0]["text"]
