@@ -237,3 +237,15 @@ def test_autograd_grad_runs_tensor_and_module_hooks_but_not_post_accumulate_hook
     seen.clear()
     net(x).sum().backward()
     assert sorted(seen) == ["module", "post-accumulate", "tensor"]
+
+
+def test_l06_q1_add_saves_no_tensor_and_mul_by_a_number_saves_only_the_number():
+    """Lesson 06, Q1's explanation: `add_` saves no tensor, and `mul_(2)` saves only the number
+    2, not the tensor it multiplies (so repacking that tensor later breaks nothing)."""
+    x = torch.ones(2, requires_grad=True)
+    z = x * 1
+    z.add_(1)
+    assert not [a for a in dir(z.grad_fn) if a.startswith("_saved_")
+                and isinstance(getattr(z.grad_fn, a), torch.Tensor)]
+    z.mul_(2)
+    assert z.grad_fn._saved_self is None and z.grad_fn._saved_other.item() == 2.0

@@ -94,9 +94,9 @@ class Q1ArticleExample(Predict):
     title = N_("The five-scenarios article's in-place example, one step further")
     code = ARTICLE_EXAMPLE
     items = [
-        Item("error", "`mul` saved its inputs `x` and `y`, not its output `z`; `add_` and `mul_` "
-             "by a number need nothing saved. Nothing the audit needs was repacked, so backward "
-             "runs.", _raise_myth),
+        Item("error", "`mul` saved its inputs `x` and `y`, not its output `z`; `add_` saves no "
+             "tensor, and `mul_(2)` saves only the number 2, not `z`. Nothing the audit needs was "
+             "repacked, so backward runs.", _raise_myth),
         Item("x.grad", "The in-place ops are recorded like any other: z = 2*(x*y + 1), so "
              "dz/dx = 2*y. Give a list of floats.", _unscaled_myth),
         Item("z._version", "Every in-place op bumps the tensor's version counter by one.",
