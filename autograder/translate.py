@@ -113,7 +113,8 @@ def _code_entries(catalog: polib.POFile) -> dict[tuple[str, str], polib.POEntry]
 # Code cells are the English ones, with two exceptions the build makes (and only the build):
 # the setup cell also sets the course's language (so feedback, explorers and figures speak the
 # edition's language), and the prose inside code is translated: the strings a figure shows
-# (titles, axis labels, legend labels), the comments and the docstrings (a graded cell's
+# (titles, axis labels, legend labels), the words it prints (a ``print`` call's labels, not its
+# code), the comments and the docstrings (a graded cell's
 # """Q1 (2 points): ..."""), each an entry of the lesson's catalog whose context is
 # "<cell id>:code". The code itself, every name and value, is the English code.
 
@@ -144,8 +145,23 @@ def _literal(source: str, node) -> tuple[int, int, str, str, str] | None:
     return None
 
 
+_CODE_TOKEN = re.compile(r"\{[^{}]*\}|\S*(?:[._=\[\]<>*/+\d]|\w\()\S*")
+
+
+def _has_words(body: str, names: set[str] = frozenset()) -> bool:
+    """Whether a printed string holds words a reader reads (``"the probe saw:"``), not only
+    code (``"route.is_leaf ="``, ``"| x.grad ="``), an f-string's ``{placeholders}`` and
+    ``names`` of the code (``"torch"``, ``"RuntimeError:"``)."""
+    # (any script's words: the edition's translation of a label is a label too; Chinese, which
+    # puts no space between words and code, is set apart from the code first)
+    spaced = re.sub(r"([\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]+)", r" \1 ", body)
+    words = re.findall(r"[^\W\d_]{2,}|[\u4e00-\u9fff]", _CODE_TOKEN.sub(" ", spaced))
+    return any(w not in names for w in words)
+
+
 def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
-    """The strings a figure shows in a code cell, as :func:`_literal` gives them."""
+    """The strings a figure shows in a code cell, and the words a ``print`` call prints (its
+    string arguments that are more than code), as :func:`_literal` gives them."""
     import ast
 
     try:
@@ -161,7 +177,17 @@ def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
             if literal:
                 found.append(literal)
 
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "print":
+            for arg in node.args:
+                literal = _literal(source, arg) if isinstance(arg, ast.JoinedStr | ast.Constant) \
+                    and not (isinstance(arg, ast.Constant) and not isinstance(arg.value, str)) \
+                    else None
+                # (not a literal glued from pieces, whose text between quotes is no one string)
+                if literal and literal[3] not in literal[4] and _has_words(literal[4], names):
+                    found.append(literal)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in TEXT_CALLS and node.args:
                 add(node.args[0])
@@ -304,7 +330,7 @@ def update(ed: Edition, assignment: str, course: Path = ROOT) -> dict[str, int]:
             kept.add(key)
             entry = polib.POEntry(msgctxt=cell["id"] + CODE_CONTEXT, msgid=body,
                                   comment="a comment or docstring of this code cell, or a "
-                                          "string its figure shows")
+                                          "string its figure shows or it prints")
             was = old_code.get(key)
             if was is None:
                 counts["added"] += 1
