@@ -567,15 +567,30 @@ def test_an_interrupted_check_is_stopped_in_the_checker_too():
     oracle: the next check is answered at once, not after the runaway one's 20 s."""
     import signal
 
+    # A kernel turns SIGINT into KeyboardInterrupt (Python's default handler); in the full
+    # suite something before this test may have left this process another handler
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
     oracle = client.oracle()
     oracle.forget()
     assert client.ask("01_leaves", "q6", [1.0, 1.0])["score"] == 1.0  # started
-    timer = threading.Timer(1.0, signal.pthread_kill,
-                            args=(threading.main_thread().ident, signal.SIGINT))
+    asked, stop = threading.Event(), threading.Event()
+
+    def interrupt():  # once the check is waited for, as the stop button does (again if lost)
+        asked.wait(10)
+        while not stop.wait(1.0):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt, daemon=True)
     timer.start()
-    with pytest.raises(client.CheckStopped) as stopped:
-        oracle.ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
-                    "answer": _fn(HANG)})
+    try:
+        with pytest.raises(client.CheckStopped) as stopped:
+            asked.set()
+            oracle.ask({"op": "evaluate", "lesson": "01_leaves", "question": "q11",
+                        "answer": _fn(HANG)})
+    finally:
+        stop.set()
+        timer.join()
+        signal.signal(signal.SIGINT, found)
     shown = stopped.value._render_traceback_()
     assert len(shown) == 1 and "q11" in shown[0] and "/" not in shown[0]
     t0 = time.monotonic()
