@@ -2,12 +2,13 @@
 
 One oracle process per kernel. The notebook's setup cell starts it (``warm_up``): in a kernel
 that has run nothing but that cell, as a fork of the kernel itself, so the checker shares
-torch's pages with the kernel and costs a few megabytes rather than a second copy of torch
-(about 240 MB); elsewhere (a kernel that already ran other code, a script, ``AUTOGRADER_CHECKER
+torch's pages with the kernel and costs tens of megabytes rather than a second copy of torch
+(about 210 MB; docs/benchmarks.md); elsewhere (a kernel that already ran other code, a script, ``AUTOGRADER_CHECKER
 =spawn``, a platform without ``fork``), as a new Python that imports torch again. Either way
 the checker is a separate process that learner code run later in the kernel cannot reach into,
 and a checker that dies is replaced by a new Python, never by a fork of a kernel that has run
-learner code. Nothing here imports torch.
+learner code. Nothing here imports torch, but for :func:`fork_checker`, which imports the
+checker's modules into the kernel on purpose, just before the fork, so that both share them.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from helpers import LiveKernel as Kernel  # noqa: E402
 from helpers import assignments, submission  # noqa: E402
 
 PLAIN = [
@@ -93,46 +94,6 @@ def checker_uss(pid: int) -> float:
     return sum(uss(p) for p in tree(pid) if p != pid)
 
 
-class Kernel:
-    """A real Jupyter kernel started the way JupyterLab starts one, in the lesson's folder."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
-        from jupyter_client.manager import KernelManager
-
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-
-    @property
-    def pid(self) -> int:
-        return self.km.provisioner.process.pid
-
-    def run(self, code: str, timeout: float = 300) -> str:
-        """Run ``code``; its stdout (raises on an error)."""
-        msg_id = self.kc.execute(code, allow_stdin=False)
-        out, error = [], None
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=timeout)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind = msg["msg_type"]
-            if kind == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-            elif kind == "error":
-                error = msg["content"]
-            elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                break
-        if error is not None and error["ename"] not in ("NotImplementedError",):
-            raise RuntimeError(f"{error['ename']}: {error['evalue']}")
-        return "".join(out)
-
-    def shutdown(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-
 def environment(tmp: Path, mode: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"HOME": str(tmp / "home"), "MPLCONFIGDIR": str(tmp / "mpl"),
@@ -144,7 +105,7 @@ def environment(tmp: Path, mode: str) -> dict[str, str]:
 
 def run_notebook(kernel: Kernel, cells: list[str]) -> None:
     for code in cells:
-        kernel.run(code)
+        kernel.run(code, timeout=300, allowed=("NotImplementedError",))
 
 
 def lesson_cells(assignment: str) -> list[str]:

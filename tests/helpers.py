@@ -226,3 +226,55 @@ def executed_outputs(path: Path) -> list[tuple]:
                     o[key] = _ADDRESS.sub("0x…", _KERNEL_FILE.sub("…/ipykernel/", repr(o[key])))
         out.append((index, cell.get("execution_count"), repr(outputs)))
     return out
+
+
+class LiveKernel:
+    """A real Jupyter kernel, started as JupyterLab starts one (jupyter_client) in ``cwd``:
+    what the checker tests and benchmarks/bench_memory.py run lessons in."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        from jupyter_client.manager import KernelManager
+
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(cwd), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def send(self, code: str) -> str:
+        return self.kc.execute(code, allow_stdin=False)
+
+    def messages(self, msg_id: str, timeout: float = 120) -> list[tuple[str, dict]]:
+        """The iopub messages (type, content) of request ``msg_id`` until the kernel is idle."""
+        out = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return out
+            out.append((msg["msg_type"], msg["content"]))
+
+    def collect(self, msg_id: str, timeout: float = 120, allowed: tuple[str, ...] = ()) -> str:
+        """The stdout of request ``msg_id``; an error other than the ``allowed`` ones raises."""
+        out = []
+        for kind, content in self.messages(msg_id, timeout):
+            if kind == "stream" and content["name"] == "stdout":
+                out.append(content["text"])
+            elif kind == "error" and content["ename"] not in allowed:
+                raise AssertionError(f"{content['ename']}: {content['evalue']}")
+        return "".join(out)
+
+    def run(self, code: str, timeout: float = 120, allowed: tuple[str, ...] = ()) -> str:
+        return self.collect(self.send(code), timeout, allowed)
+
+    def value(self, expr: str):
+        return eval(self.run(f"print(repr({expr}))").strip())  # noqa: S307 -- our own output
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)

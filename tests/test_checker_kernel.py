@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import LiveKernel
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = ('import torch\nimport course\nfrom autograder import checker, client\n'
@@ -24,50 +25,16 @@ SETUP = ('import torch\nimport course\nfrom autograder import checker, client\n'
 pytestmark = pytest.mark.slow
 
 
-class Kernel:
-    def __init__(self, tmp: Path) -> None:
-        from jupyter_client.manager import KernelManager
+class Kernel(LiveKernel):
+    """A kernel in lesson 01's release folder, with a home of its own and the checker's
+    default (fork) mode."""
 
+    def __init__(self, tmp: Path) -> None:
         env = dict(os.environ, HOME=str(tmp), IPYTHONDIR=str(tmp / "ipython"),
                    MPLCONFIGDIR=str(tmp / "mpl"))
         env.pop("NBGRADER_EXECUTION", None)
         env.pop("AUTOGRADER_CHECKER", None)
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(ROOT / "release" / "01_leaves"), env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-
-    @property
-    def pid(self) -> int:
-        return self.km.provisioner.process.pid
-
-    def send(self, code: str) -> str:
-        return self.kc.execute(code)
-
-    def collect(self, msg_id: str, timeout: float = 120) -> str:
-        out = []
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=timeout)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                out.append(content["text"])
-            elif kind == "error":
-                raise AssertionError(f"{content['ename']}: {content['evalue']}")
-            elif kind == "status" and content["execution_state"] == "idle":
-                return "".join(out)
-
-    def run(self, code: str, timeout: float = 120) -> str:
-        return self.collect(self.send(code), timeout)
-
-    def value(self, expr: str):
-        return eval(self.run(f"print(repr({expr}))").strip())  # noqa: S307 -- our own output
-
-    def shutdown(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        super().__init__(ROOT / "release" / "01_leaves", env)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -170,28 +137,17 @@ def test_a_kernel_that_ran_code_before_the_setup_cell_does_not_fork(tmp_path):
 
 
 
-def _messages(kernel: Kernel, code: str) -> list[tuple[str, dict]]:
-    msg_id, out = kernel.send(code), []
-    while True:
-        msg = kernel.kc.get_iopub_msg(timeout=60)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return out
-        out.append((msg["msg_type"], msg["content"]))
-
-
 def test_an_unanswered_question_says_run_all_stopped_there_and_still_ends_in_its_error(kernels):
     """autograder.runall: the answer template's own ``raise NotImplementedError()`` shows the
     sign (and a script that scrolls to it), then the error as always, so Run All stops there;
     a NotImplementedError from inside a function the cell called shows no sign."""
     a, _ = kernels
-    got = _messages(a, "q = ...\nraise NotImplementedError()")
+    got = a.messages(a.send("q = ...\nraise NotImplementedError()"))
     kinds = [k for k, _ in got]
     assert kinds[-1] == "error" and got[-1][1]["ename"] == "NotImplementedError"
     shown = [c["data"] for k, c in got if k == "display_data"]
     assert "autograder-run-all-stopped" in shown[0]["text/html"]
     assert shown[0]["text/plain"].startswith("Run All stopped here")
     assert "scrollIntoView" in shown[1]["application/javascript"]
-    inner = _messages(a, "def todo():\n    raise NotImplementedError()\ntodo()")
+    inner = a.messages(a.send("def todo():\n    raise NotImplementedError()\ntodo()"))
     assert [k for k, _ in inner if k in ("display_data", "error")] == ["error"]
