@@ -680,14 +680,31 @@ def execute(notebooks: list[Path], cache: Path, parallel: bool = True) -> list[s
     kind = "local-parallel" if parallel and (os.cpu_count() or 1) > 1 else "local-serial"
     result = load_executor(kind, jc, logger=logger).run_and_cache(
         filter_uris=[str(nb) for nb in notebooks], timeout=300, allow_errors=False)
-    failed = list(result.excepted) + list(result.errored)
+    succeeded, excepted, errored = (list(result.succeeded), list(result.excepted),
+                                    list(result.errored))
+    if kind == "local-parallel" and errored:
+        # "errored" is a run that failed outside the lesson's cells (a failing cell is
+        # "excepted"): mostly a kernel that did not start. Kernels started side by side pick
+        # their TCP ports independently (jupyter_client binds port 0, closes it, and the
+        # kernel binds it again later), so two of them, or any other process, can take the
+        # same port in between. Run those lessons again, one at a time.
+        logger.warning("autograder site: %s did not run; running again, alone",
+                       ", ".join(Path(u).name for u in errored))
+        again = load_executor("local-serial", jc, logger=logger).run_and_cache(
+            filter_uris=errored, timeout=300, allow_errors=False)
+        succeeded += list(again.succeeded)
+        excepted += list(again.excepted)
+        errored = list(again.errored)
+    failed = excepted + errored
     if failed:
         details = []
         for uri in failed:
             record = jc.get_project_record(uri)
-            details.append(f"{uri}:\n{(record.traceback or '')[-3000:]}")
+            why = record.traceback or "(no cell failed: the kernel or jupyter-cache did; its " \
+                "error is logged above)"
+            details.append(f"{uri}:\n{why[-3000:]}")
         raise SiteError("a lesson failed to run:\n" + "\n".join(details))
-    return list(result.succeeded)
+    return succeeded
 
 
 # Attributes that make a browser fetch something (a plain <a href> is a link to follow,

@@ -11,6 +11,7 @@ Chromium with every non-file request aborted.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -516,3 +517,43 @@ def test_the_chinese_site_search_finds_chinese_words(built, offline_page, word):
                                                        page.locator("#search-results").inner_text())
     # (Sphinx then fetches each hit for a snippet, which a file:// page may not: those
     # errors are the offline site's, and the hits are what the reader needs)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the site runs lessons side by side "
+                    "only on more than one core")
+def test_a_lesson_whose_kernel_did_not_start_is_run_again_alone(tmp_path, monkeypatch):
+    """Kernels started side by side pick their TCP ports independently, so one can find its
+    port taken (a CI run lost its site this way). Here every kernel a pool worker starts is
+    given a port another socket holds, so it dies before it answers; the build runs those
+    lessons again, one at a time, and only a lesson whose own cell fails is reported."""
+    import socket
+
+    from jupyter_client.connect import LocalPortCache
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken, parent = busy.getsockname()[1], os.getpid()
+    find = LocalPortCache.find_available_port
+    monkeypatch.setattr(LocalPortCache, "find_available_port", lambda self, ip: (
+        taken if os.getpid() != parent else find(self, ip)))
+
+    notebooks = []
+    for name, code in [("a", "x = 1"), ("b", "print(2)"), ("broken", "1 / 0")]:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        notebooks.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(nb, notebooks[-1])
+    try:
+        with pytest.raises(site.SiteError) as failed:
+            site.execute(notebooks, tmp_path / "cache", parallel=True)
+    finally:
+        busy.close()
+    assert "broken.ipynb" in str(failed.value) and "ZeroDivisionError" in str(failed.value)
+    assert "a.ipynb" not in str(failed.value) and "b.ipynb" not in str(failed.value)
+    from jupyter_cache import get_cache
+    cache = get_cache(str(tmp_path / "cache"))
+    ran = {Path(r.uri).name for r in cache.list_project_records()
+           if cache.get_cached_project_nb(r.uri) is not None}
+    assert ran == {"a.ipynb", "b.ipynb"}
