@@ -7,7 +7,10 @@ the right, one column per layer. Layers and their order come from networkx
 ``multipartite_layout``); no Graphviz. Each kind of node has its own box,
 retained nodes a thick amber outline, hooked nodes a probe marker, and after
 ``backward()`` the gradients torch keeps are printed in red under their node
-(and on the edges, when a ``BackwardStepper`` recorded them).
+(and on the edges, when a ``BackwardStepper`` recorded them). A value one step uses twice
+(``w * w``) has "×2" on its edge. The explorers add what their controls changed: a node's
+``note`` (under its gradient: "saved at version 0, now 1") and the graph's ``caption``
+(lines under the title: the error ``backward()`` raised, what a hook let through).
 
 Data coordinates are inches, so the figure grows with the graph and the text
 always fits its box; a 60-node graph stays readable. No drawing is wider than the
@@ -76,6 +79,10 @@ LANE = 0.14                 # inches between two edges running side by side wher
 # A wider graph is wrapped into bands (see Geometry); its text keeps its size.
 COLUMN_WIDTH = 9.6
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
+NOTE_FONT = 9.5             # a node's note (what an explorer's control did to it)
+NOTE_H = 1.3 * NOTE_FONT / 72
+CAPTION_H = 1.35 * FONT / 72  # a line of the caption under the title
+NOTE_COLOR = "#212529"      # near black on the white page (contrast 15:1)
 # Unhinted glyphs without the last-resort font fallback: what the widgets' PNGs and the
 # static figures' PNGs are drawn with (they look the same at these sizes, and cost less).
 FAST_TEXT = {"text.hinting": "none", "font.enable_last_resort": False}
@@ -313,6 +320,9 @@ class Geometry:
                 grad_w = _text_width(_grad_template(d.get("shape") or ()), FONT) / 2
                 half_w[n] = max(shape_w, grad_w)
                 above[n], below[n] = h / 2 + SHAPE_OUT + 0.1, h / 2 + SHAPE_OUT + MARK_H + 0.04
+            if d.get("note"):              # and the note under that
+                half_w[n] = max(half_w[n], _text_width(d["note"], NOTE_FONT) / 2)
+                below[n] += NOTE_H
         ncols = max(col.values(), default=0) + 1
         col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if col[n] == c] + [0.3])
                  for c in range(ncols)]
@@ -514,7 +524,7 @@ def _geometry(g: nx.DiGraph, theme: str) -> Geometry:
     from course.i18n import language
 
     key = (theme, language(), tuple((n, d["kind"], d.get("torch_class"), d.get("name"), d.get("shape"),
-                         bool(d.get("is_output"))) for n, d in g.nodes(data=True)),
+                         bool(d.get("is_output")), d.get("note")) for n, d in g.nodes(data=True)),
            tuple(g.edges))
     geo = _GEOMETRIES.get(key)
     if geo is None:
@@ -714,13 +724,22 @@ def _marks(g: nx.DiGraph, show_grads: bool) -> dict:
     }
 
 
-def _frame(geo: Geometry, legend: tuple, title: str | None, size=None):
+def _caption(g: nx.DiGraph) -> tuple:
+    """The graph's caption: lines ``(text, tone)`` under the title, ``tone`` ``"error"`` (red)
+    or ``"note"`` (near black). An explorer says there what its controls did that no node
+    shows (the error backward() raised, what a hook turned a gradient into)."""
+    return tuple((str(text), tone) for text, tone in g.graph.get("caption", ()))
+
+
+def _frame(geo: Geometry, legend: tuple, title: str | None, size=None, caption=()):
     """Figure size and where the graph area and the legend go: ``(fig_w, fig_h, ox, oy,
     legend_cols, legend_h)``; ``size`` is a minimum ``(w, h)`` in inches."""
     ncol, legend_w, legend_h = _legend_layout(legend, min(max(geo.width, 7.0), COLUMN_WIDTH))
-    title_h = 0.42 if title else 0.0
+    title_h = (0.42 if title else 0.1 if caption else 0.0) + CAPTION_H * len(caption)
     if title:
         legend_w = max(legend_w, _text_width(title, TITLE_FONT) + 0.4)
+    for text, _tone in caption:
+        legend_w = max(legend_w, _text_width(text, FONT) + 0.4)
     fig_w = max(geo.width, legend_w)
     fig_h = geo.height + legend_h + title_h
     if size is not None:
@@ -741,7 +760,7 @@ def figure_size(g: nx.DiGraph, theme: str = "technical", title: str | None = Non
     themes.check_theme(theme)
     geo = _geometry(g, theme)
     legend = _legend_key(g, theme, show_grads, legend_extra)
-    return _frame(geo, legend, title)[:2]
+    return _frame(geo, legend, title, caption=_caption(g))[:2]
 
 
 def _legend_key(g: nx.DiGraph, theme: str, show_grads: bool, extra=()) -> tuple:
@@ -767,8 +786,9 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
     geo = _geometry(g, theme)
     legend = _legend_key(g, theme, show_grads)
     red = themes.MARK_STYLE["gradient"]["color"]
+    caption = _caption(g)
     if stamps:
-        fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size)
+        fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size, caption)
         legend_y = oy - legend_h  # right under the graph (a taller state's room stays below)
         fig.set_size_inches(fig_w, fig_h)
         data = Affine2D().translate(ox, oy) + fig.dpi_scale_trans
@@ -778,7 +798,8 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
             fig.add_artist(artist)
     else:
         if ax is None:
-            fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size)
+            fig_w, fig_h, ox, oy, legend_cols, legend_h = _frame(geo, legend, title, size,
+                                                                 caption)
             legend_y = oy - legend_h
             fig.set_size_inches(fig_w, fig_h)
             ax = fig.add_axes((0, 0, 1, 1))
@@ -839,16 +860,24 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
         if d.get("step") is not None:
             text(x - w / 2, top + 0.02, f"#{d['step']}", 4, ha="left", va="bottom",
                  fontsize=FONT, color=red, fontweight="bold")
+        if d.get("note"):
+            below = y - h / 2 - SHAPE_OUT - 0.03 - (0 if d["kind"] == "function" else MARK_H)
+            text(x, below, d["note"], 3, ha="center", va="top", fontsize=NOTE_FONT,
+                 color=red if d.get("note_tone") == "error" else NOTE_COLOR)
 
     color = themes.edge_color(theme)
     edges = []
     for u, v, d in g.edges(data=True):
         edges.append((geo.edges[(u, v)], "--" if d.get("recovered") else "-", color,
                       0.35 if g.nodes[v].get("faded") and d.get("grad") is None else 1.0))
-        if show_grads and d.get("grad") is not None:
+        uses = d.get("uses", 1)
+        if show_grads and d.get("grad") is not None or uses > 1:
             (ax_, ay_), (bx_, by_) = geo.gap[(u, v)]
-            text((ax_ + bx_) / 2, (ay_ + by_) / 2, _short_grad(d["grad"]), 4, ha="center",
-                 va="center", fontsize=EDGE_FONT, color=red, bbox=_EDGE_LABEL_BOX)
+            said = " ".join(([f"\u00d7{uses}"] if uses > 1 else []) + (
+                [_short_grad(d["grad"])] if show_grads and d.get("grad") is not None else []))
+            text((ax_ + bx_) / 2, (ay_ + by_) / 2, said, 4, ha="center", va="center",
+                 fontsize=EDGE_FONT, color=red if d.get("grad") is not None else color,
+                 bbox=_EDGE_LABEL_BOX)
     if edges:  # the same artists on both paths: every edge in a few draw calls
         for artist in _edge_artists(edges):
             add_edges(artist)
@@ -870,6 +899,10 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
         if title:
             inches.add(MARGIN, fig.get_figheight() - 0.1, _text_stamp(
                 title, fig.dpi, ha="left", va="top", fontsize=TITLE_FONT))
+        for i, (line, tone) in enumerate(caption):
+            inches.add(MARGIN, _caption_y(fig, title, i), _text_stamp(
+                line, fig.dpi, ha="left", va="top", fontsize=FONT,
+                color=red if tone == "error" else NOTE_COLOR))
         return
     for handle, label, hx, hy, lx in places:
         if handle[0] == "text":
@@ -884,6 +917,15 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
     if title:
         fig.suptitle(title, fontsize=TITLE_FONT, x=MARGIN / fig.get_figwidth(), y=title_y,
                      ha="left", **_families(title))
+    for i, (line, tone) in enumerate(caption):
+        fig.text(MARGIN, _caption_y(fig, title, i), line, ha="left", va="top", fontsize=FONT,
+                 transform=fig.dpi_scale_trans, gid="graph-caption",
+                 color=red if tone == "error" else NOTE_COLOR, **_families(line))
+
+
+def _caption_y(fig, title: str | None, i: int) -> float:
+    """The top of caption line ``i``, in inches from the figure's bottom."""
+    return fig.get_figheight() - (0.42 if title else 0.1) - i * CAPTION_H
 
 
 def _patch_kw(style: dict) -> dict:
@@ -1009,13 +1051,14 @@ def picture_key(graph: nx.DiGraph, theme: str, title: str | None, show_grads: bo
         (n, d["kind"], d.get("torch_class"), d.get("shape"), bool(d.get("retains_grad")),
          bool(d.get("has_hooks")), bool(d.get("is_output")), bool(d.get("highlight")),
          bool(d.get("faded")), d.get("step"),
-         _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
+         _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None,
+         d.get("note"), d.get("note_tone"))
         for n, d in graph.nodes(data=True))
     edges = tuple(
-        (u, v, bool(d.get("recovered")),
+        (u, v, bool(d.get("recovered")), d.get("uses", 1),
          _short_grad(d.get("grad")) if show_grads and d.get("grad") is not None else None)
         for u, v, d in graph.edges(data=True))
-    return nodes, edges, theme, language(), title, show_grads, dpi, size
+    return nodes, edges, _caption(graph), theme, language(), title, show_grads, dpi, size
 
 
 PIXEL_BUDGET = 2_500_000  # pixels: the most a PNG of render_png gets (time to encode it)

@@ -405,6 +405,7 @@ class RetainExplorer(_Explorer):
     CSS = "retain-explorer"
     TITLE = N_("report = (parcel * w) ** 2, summed: a monitor on the station")
     DEFAULTS = {"monitor": "before", "audits": 1}
+    SIZE_STATES = ({"monitor": "after"},)  # the longest note on the station
     CHOICES = {"monitor": ("none", "before", "after"), "audits": (0, 1, 2, 3)}
 
     def compute(self) -> None:
@@ -434,6 +435,11 @@ class RetainExplorer(_Explorer):
             station_grad = station.grad
         env = {"w": w, "parcel": parcel, "station": station, "report": report}
         self.graph = build_graph(report, namespace=env)
+        if monitor != "none":  # the picture says when the monitor came, not only the text
+            self.graph.nodes["station"].update(
+                note=_("retain_grad() before backward()") if monitor == "before" else
+                _("retain_grad() after backward(): kept nothing"),
+                note_tone="error" if monitor == "after" and audits else None)
         one = 2 * parcel ** 2 * w.detach()
         self.numbers = {"w.grad": w.grad, "station.grad": station_grad,
                         "station.retains_grad": station.retains_grad,
@@ -587,6 +593,9 @@ _HOOK_ACTIONS = {
 }
 
 
+_HOOK_RESULT = {"scale": lambda g: g * 0.1, "clip": lambda g: g.clamp(-1.0, 1.0)}
+
+
 class HookExplorer(_Explorer):
     """Lesson 04: a hook on the sorting centre ``w``: on or off, looking, scaling or
     clipping what passes, over several backward passes, with its handle removed or not.
@@ -597,6 +606,8 @@ class HookExplorer(_Explorer):
     CSS = "hook-explorer"
     TITLE = N_("loss = 3 * w * w, summed: a hook on w")
     DEFAULTS = {"hook": True, "action": "clip", "passes": 2, "remove": False}
+    SIZE_STATES = ({"passes": 3, "action": "scale", "remove": True},  # the longest caption
+                   {"action": "clip", "remove": True})  # the longest note
     CHOICES = {"hook": (False, True), "action": ("look", "scale", "clip"),
                "passes": (1, 2, 3), "remove": (False, True)}
 
@@ -637,6 +648,19 @@ class HookExplorer(_Explorer):
                 code.append("handle.remove()")
         self.graph = build_graph(loss, namespace={"w": w, "station": station, "loss": loss})
         passing = 6 * w.detach()
+        if s["hook"]:
+            verb = {"look": _("hook: only looks"), "scale": _("hook: \u00d7 0.1"),
+                    "clip": _("hook: clips to [-1, 1]")}[s["action"]]
+            self.graph.nodes["w"]["note"] = (
+                _("{hook}, removed after pass 1", hook=verb) if s["remove"] else verb)
+        # what reached .grad in each pass (the hook's result, or what passed untouched)
+        reached = [passing if s["action"] == "look" or not s["hook"] or (s["remove"] and k)
+                   else _HOOK_RESULT[s["action"]](passing) for k in range(passes)]
+        caption = [(_("w * w uses w twice (\u00d72): each pass sends 2 \u00d7 3 \u00d7 w = "
+                      "{passing} to w", passing=_vec(passing)), "note"),
+                   (_("w.grad = {terms}: what reached it in each pass",
+                      terms=" + ".join(_vec(got) for got in reached)), "note")]
+        self.graph.graph["caption"] = caption
         t = self.theme
         probe_word, grad = word(t, "probe"), themes.term(t, "gradient")
         self.numbers = {"w.grad": w.grad, "calls": len(seen), "seen": seen,
@@ -862,6 +886,16 @@ class InplaceExplorer(_Explorer):
             error = _torch_error(exc)
             code[-1] = f"{'loss.backward()':26} # raised"
         _refresh_grads(g)
+        changed = used._version != saved_version
+        g.nodes["h"].update(
+            note=_("saved at version {saved}, now {now}", saved=saved_version,
+                   now=used._version),
+            note_tone="error" if changed else None)
+        if error:
+            g.graph["caption"] = [(_("backward() raised: h changed after mul saved it"),
+                                   "error")]
+        else:
+            g.graph["caption"] = [(_("backward() ran: mul used the h it saved"), "note")]
         self.graph = g
         t = self.theme
         self.numbers = {"saved version": saved_version, "version now": used._version,

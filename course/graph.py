@@ -24,7 +24,9 @@ reverse of ``next_functions``: for a backward function ``F`` and each
 ``(P, k) = F.next_functions[i]`` with ``P`` not ``None`` there is a path
 ``P -> F`` (through the tensor node of output ``k`` of ``P`` when that tensor
 is named). Edge attributes: ``input_nr`` (``i``), ``grad`` (``None``; the
-``BackwardStepper`` fills it with the gradient torch sent along the edge).
+``BackwardStepper`` fills it with the gradient torch sent along the edge); a value a step
+uses twice (``w * w``: ``next_functions`` names the same node twice) is one edge with
+``input_nrs`` ``(0, 1)`` and ``uses`` 2 (drawn with a "×2").
 
 What can be recovered, and what cannot:
 
@@ -200,7 +202,7 @@ def build_graph(*outputs, namespace: Mapping | None = None) -> nx.DiGraph:
         fns.append(fn)
         g.add_node(node, name=node, kind="function", torch_class=cls, node=fn)
         if leaf:
-            g.add_edge(leaf, node, input_nr=0, grad=None)
+            g.add_edge(leaf, node, input_nr=0, input_nrs=(0,), uses=1, grad=None)
         todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
 
     # 2. Tensor nodes: outputs, named non-leaves (t.grad_fn is node); leaves were added above.
@@ -215,19 +217,23 @@ def build_graph(*outputs, namespace: Mapping | None = None) -> nx.DiGraph:
         if t.grad_fn is not None and id(t.grad_fn) in fn_ids:
             produced.setdefault((id(t.grad_fn), t.output_nr), add_tensor(t))
 
-    # 3. Edges, forward direction, through a named tensor when one holds that output.
+    # 3. Edges, forward direction, through a named tensor when one holds that output. A
+    #    value used twice by one step (``w * w``) is two torch edges: one edge here, whose
+    #    ``input_nrs`` lists both inputs (and ``uses`` counts them).
     for fn in fns:
         consumer = fn_ids[id(fn)]
         for i, (nxt, k) in enumerate(fn.next_functions):
             if nxt is None:
                 continue
-            via = produced.get((id(nxt), k))
-            if via is None:
-                g.add_edge(fn_ids[id(nxt)], consumer, input_nr=i, grad=None)
+            source = produced.get((id(nxt), k)) or fn_ids[id(nxt)]
+            if g.has_edge(source, consumer):
+                edge = g.edges[source, consumer]
+                edge["input_nrs"] += (i,)
+                edge["uses"] = len(edge["input_nrs"])
             else:
-                g.add_edge(via, consumer, input_nr=i, grad=None)
+                g.add_edge(source, consumer, input_nr=i, input_nrs=(i,), uses=1, grad=None)
     for (fn_id, _k), node in produced.items():
-        g.add_edge(fn_ids[fn_id], node, input_nr=0, grad=None)
+        g.add_edge(fn_ids[fn_id], node, input_nr=0, input_nrs=(0,), uses=1, grad=None)
 
     # 4. Constants the backward formulas saved, when the namespace names them.
     for fn in fns:

@@ -548,8 +548,8 @@ def record_backward(scenario: Scenario | str, controls: Controls | None = None):
     events = []
     for i, (n, grads_in) in enumerate(order, start=1):
         d = g.nodes[n]
-        by_input = {e["input_nr"]: p for p, _, e in g.in_edges(n, data=True)
-                    if not e.get("recovered")}
+        by_input = {k: p for p, _, e in g.in_edges(n, data=True) if not e.get("recovered")
+                    for k in e.get("input_nrs", (e["input_nr"],))}
         sent = [(by_input[k], gr) for k, gr in enumerate(grads_in)
                 if gr is not None and k in by_input]
         outs = [s for s in g.successors(n) if g.nodes[s]["kind"] != "function"]

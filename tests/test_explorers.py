@@ -425,3 +425,52 @@ def test_chinese_explorers_use_the_zh_glossary():
         assert doctor.status().endswith("每一层都得到了健康的梯度。")
         assert doctor.controls["bug"].label == "没有bug"  # the menu's label; its value is "none"
     assert "market ingredient" in X.RetainExplorer(theme="kitchen").status()  # English again
+
+
+# -- every explorer: what a control changes shows in the picture -------------------------
+
+def drawn(ex):
+    """What the picture shows, as data (not pixels): the graph as the drawing reads it
+    (``draw.picture_key``: nodes, marks, notes, edges, caption, title), or the chart's data."""
+    from course import draw
+
+    if ex.graph is not None:
+        return draw.picture_key(ex.graph, ex.theme, ex.picture_title(), True, 0)
+    return repr(sorted(ex.chart_args.items()))
+
+
+def _neighbours(values: tuple, value) -> tuple:
+    """The values one click away: all of a short list; a slider's next ones either side."""
+    if len(values) <= 6:
+        return tuple(v for v in values if v != value)
+    i = values.index(value)
+    return tuple(values[j] for j in (i - 1, i + 1) if 0 <= j < len(values))
+
+
+@pytest.mark.parametrize("cls", list(X.EXPLORERS.values()), ids=lambda c: c.__name__)
+def test_the_picture_shows_what_each_control_changes(cls):
+    """From the start and from every state one click away, each click that changes what the
+    explorer says (its sentences) changes what its picture draws too: the learner sees the
+    edit, the version, the error, the hook's effect, when the monitor came, in the picture,
+    not only in the text under it."""
+    ex = cls.__new__(cls)
+    ex.theme, ex.dpi = "logistics", None
+
+    def run(state):
+        ex.state = dict(state)
+        ex.graph, ex.svg = None, ""
+        ex.compute()
+        return tuple(ex.lines), drawn(ex)
+
+    starts = [dict(cls.DEFAULTS)] + [
+        {**cls.DEFAULTS, key: v} for key, values in cls.CHOICES.items()
+        for v in _neighbours(values, cls.DEFAULTS[key])]
+    hidden = []
+    for start in starts:
+        said, shown = run(start)
+        for key, values in cls.CHOICES.items():
+            for v in _neighbours(values, start[key]):
+                said2, shown2 = run({**start, key: v})
+                if said2 != said and shown2 == shown:
+                    hidden.append((start, key, v, [s for s in said2 if s not in said]))
+    assert not hidden, hidden[:5]

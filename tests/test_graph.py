@@ -38,11 +38,14 @@ def assert_edges_match_next_functions(g):
         for p, _, e in g.in_edges(n, data=True):
             if e.get("recovered"):
                 continue
-            if g.nodes[p]["kind"] == "function":
-                got[e["input_nr"]] = p
-            elif g.nodes[p]["kind"] == "intermediate":  # a named tensor between two functions
-                (maker,) = [m for m in g.predecessors(p) if g.nodes[m]["kind"] == "function"]
-                got[e["input_nr"]] = maker
+            assert e["uses"] == len(e["input_nrs"]) and e["input_nr"] == e["input_nrs"][0]
+            for k in e["input_nrs"]:
+                if g.nodes[p]["kind"] == "function":
+                    got[k] = p
+                elif g.nodes[p]["kind"] == "intermediate":  # a named tensor between functions
+                    (maker,) = [m for m in g.predecessors(p)
+                                if g.nodes[m]["kind"] == "function"]
+                    got[k] = maker
         if d["torch_class"] != "AccumulateGrad":
             assert got == expected, n
 
@@ -169,3 +172,27 @@ def test_importing_course_stays_cheap():
             " 'networkx') if m in sys.modules]; print(heavy); assert not heavy;"
             " assert callable(course.build_graph)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_value_used_twice_by_one_step_is_one_edge_used_twice():
+    """``w * w``: torch's MulBackward0 names w's AccumulateGrad twice in ``next_functions``
+    (each input sends its own gradient); the graph keeps both inputs on one edge, and the
+    drawing writes "×2" on it (lesson 04's explorer: why each pass sends 6·w)."""
+    from course import draw
+
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    station = w * w
+    loss = (3 * station).sum()
+    g = build_graph(loss, namespace={"w": w, "station": station, "loss": loss})
+    assert_edges_match_next_functions(g)
+    assert [p for p, _ in station.grad_fn.next_functions] == [
+        g.nodes["accumulate(w)"]["node"]] * 2
+    (square,) = [n for n in g.predecessors("station") if g.nodes[n]["kind"] == "function"]
+    edge = g.edges["accumulate(w)", square]
+    assert edge["input_nrs"] == (0, 1) and edge["uses"] == 2
+    single = build_graph((3 * w).sum(), namespace={"w": w})
+    assert [u for _, _, u in single.edges(data="uses")] == [1] * len(single.edges)
+    fig = draw.draw_graph(g, theme="technical")
+    assert "\u00d72" in [t.get_text() for t in fig.axes[0].texts]
+    import matplotlib.pyplot as plt
+    plt.close(fig)
