@@ -233,8 +233,10 @@ class _Explorer(_Twin):
         return _(self.TITLE)
 
     def status(self) -> str:
-        """What the last run showed, in sentences."""
-        return "\n".join(self.lines)
+        """What the last run showed, in sentences (plain text: no Markdown marks)."""
+        from course.markup import plain
+
+        return "\n".join(plain(line) for line in self.lines)
 
     # -- static twin ------------------------------------------------------------------
     def static_figure(self, ax=None):
@@ -268,7 +270,9 @@ class _Explorer(_Twin):
         return buf.getvalue()
 
     def _numbers_html(self) -> str:
-        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        from course.markup import rich
+
+        items = "".join(f"<li>{rich(line)}</li>" for line in self.lines)
         return f'<ul class="xp-lines" style="margin:0.2em 0">{items}</ul>'
 
     def _code_html(self) -> str:
@@ -429,7 +433,7 @@ class RetainExplorer(_Explorer):
         code += ["report.backward(retain_graph=True)"] * audits
         if monitor == "after":
             station.retain_grad()
-            code.append("station.retain_grad()          # after the audit")
+            code.append("station.retain_grad()          # " + _("after backward()"))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             station_grad = station.grad
@@ -470,9 +474,9 @@ class RetainExplorer(_Explorer):
                            transit=transit))
         elif monitor == "after":
             lines.append(_("station ({transit}): .grad = None, retains_grad = {retains}, and no "
-                           "warning: the {monitor} came after the audit and kept nothing, "
+                           "warning: the {monitor} came after the {audit} and kept nothing, "
                            "silently.", transit=transit, retains=station.retains_grad,
-                           monitor=word(t, "monitor")))
+                           monitor=word(t, "monitor"), audit=word(t, "audit")))
         elif caught:
             lines.append(_("station ({transit}): .grad = None with a UserWarning: computed on "
                            "the way to w, then discarded.", transit=transit))
@@ -552,10 +556,10 @@ class SkipPathExplorer(_Explorer):
         shown = cut if detach else kept
         orders = math.log10(kept[0] / cut[0]) if cut[0] > 0 else float("inf")
         skip = "identity.detach()" if detach else "identity"
-        self.code = ["h = x                     # x = torch.randn(4, 16), requires grad",
+        self.code = ["h = x                     # " + _("x = torch.randn(4, 16), requires grad"),
                      f"for conv1, conv2 in layers[:{blocks}]:",
                      "    identity = h", "    h = conv2(conv1(h).relu())",
-                     f"    h = h + {skip}", "h.sum().backward()   # then read x.grad.norm()"]
+                     f"    h = h + {skip}", "h.sum().backward()   # " + _("then read x.grad.norm()")]
         self.lines = [
             _("{blocks} block(s); the skip path is {detach}.", blocks=blocks,
               detach=word(t, "detach")) if detach else
@@ -633,9 +637,10 @@ class HookExplorer(_Explorer):
         handle = None
         if s["hook"]:
             handle = w.register_hook(probe)
-            body, note = {"look": ("lambda g: None", "only looks"),
-                          "scale": ("lambda g: g * 0.1", "scales what passes"),
-                          "clip": ("lambda g: g.clamp(-1, 1)", "clips what passes")}[s["action"]]
+            body, note = {"look": ("lambda g: None", _("only looks")),
+                          "scale": ("lambda g: g * 0.1", _("scales what passes")),
+                          "clip": ("lambda g: g.clamp(-1, 1)", _("clips what passes"))
+                          }[s["action"]]
             code.append(f"handle = w.register_hook({body})   # {note}")
         station = loss = None
         for k in range(passes):
@@ -764,7 +769,7 @@ class NoGradExplorer(_Explorer):
                     exec(line, {}, env)  # course-authored line
             except (RuntimeError, TypeError) as exc:
                 error = (k, _torch_error(exc))
-                code[-1] = f"{code[-1]:26} # raised"
+                code[-1] = f"{code[-1]:26} # " + _("raised")
                 continue
             name = line.split(" = ")[0] if " = " in line else None
             if name in ("h", "loss"):
@@ -860,18 +865,18 @@ class InplaceExplorer(_Explorer):
         h = x * 2
         code = ["x = torch.tensor([0.5, 1.5], requires_grad=True)",
                 "w = torch.tensor([3., 4.], requires_grad=True)",
-                f"{'h = x * 2':26} # h at version {h._version}"]
+                f"{'h = x * 2':26} # " + _("h at version {v}", v=h._version)]
 
         def do_edit(h):
             h = h.add_(1) if inplace else h + 1
-            code.append(f"{edit_line:26} # h at version {h._version}")
+            code.append(f"{edit_line:26} # " + _("h at version {v}", v=h._version))
             return h
 
         if edit == "before":
             h = do_edit(h)
         y = h * w
         used, saved_version = h, h._version
-        code.append(f"{'y = h * w':26} # mul saves h, at version {saved_version}")
+        code.append(f"{'y = h * w':26} # " + _("mul saves h, at version {v}", v=saved_version))
         loss = y.sum()
         code.append("loss = y.sum()")
         # drawn before the edit after the forward pass, so h is still the tensor mul saved
@@ -884,7 +889,7 @@ class InplaceExplorer(_Explorer):
             loss.backward()
         except RuntimeError as exc:
             error = _torch_error(exc)
-            code[-1] = f"{'loss.backward()':26} # raised"
+            code[-1] = f"{'loss.backward()':26} # " + _("raised")
         _refresh_grads(g)
         changed = used._version != saved_version
         g.nodes["h"].update(
@@ -976,8 +981,8 @@ def patient_source(bug: str) -> str:
     """The loss function of :func:`doctor_patient` with ``bug``, as Python source."""
     act = "torch.sigmoid" if bug == "sigmoid" else "torch.relu"
     first = {
-        "detach": f"    h = {act}(model[0](x)).detach()        # the bug: detach()\n",
-        "no_grad": f"    with torch.no_grad():                   # the bug: no_grad()\n"
+        "detach": f"    h = {act}(model[0](x)).detach()        # " + _("the bug: detach()") + "\n",
+        "no_grad": f"    with torch.no_grad():                   # " + _("the bug: no_grad()") + "\n"
                    f"        h = {act}(model[0](x))\n",
     }.get(bug, f"    h = {act}(model[0](x))\n")
     return ("def loss_fn():\n" + first
@@ -1039,9 +1044,12 @@ class DoctorExplorer(_Explorer):
         self.numbers = {"norms": norms, "statuses": statuses, "ok": report.ok,
                         "findings": [(f.param, f.status) for f in report.findings]}
         act = "sigmoid" if bug == "sigmoid" else "relu"
-        setup = {"dead_relu": ["model[0].bias.fill_(-10.0)                # the bug: dead ReLU"],
-                 "sigmoid": ["# the bug: sigmoid between the layers (more layers, more fading)"]}
-        self.code = [f"model = nn.ModuleList({layers} x nn.Linear)   # {act} between them",
+        setup = {"dead_relu": ["model[0].bias.fill_(-10.0)                # "
+                               + _("the bug: dead ReLU")],
+                 "sigmoid": ["# " + _("the bug: sigmoid between the layers (more layers, more "
+                                      "fading)")]}
+        self.code = [f"model = nn.ModuleList({layers} x nn.Linear)   # "
+                     + _("{act} between them", act=act),
                      *setup.get(bug, []),
                      "# patient.py",
                      *patient_source(bug).splitlines(),

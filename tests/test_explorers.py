@@ -400,12 +400,26 @@ def test_chinese_explorers_say_nothing_in_english(cls):
             for value in cls.CHOICES[key][:4]:
                 ex.set(**{key: value})
                 shown += [ex.status(), ex.picture_title()]
+                # the code panel's comments, and what the picture writes besides the labels
+                shown += [line.split("#", 1)[1] for line in ex.code if "#" in line]
+                if ex.graph is not None:
+                    shown += [d["note"] for _, d in ex.graph.nodes(data=True) if d.get("note")]
+                    shown += [text for text, _tone in ex.graph.graph.get("caption", ())]
                 if ex.chart_args:
                     shown += [ex.chart_args["title"], ex.chart_args["xlabel"],
                               ex.chart_args["ylabel"]]
                     shown += [s[0] for s in ex.chart_args["series"]]
             found = [p for text in shown for p in english_phrases(text)]
             assert not found, (theme, found)
+
+
+def test_the_doctors_code_marks_are_rendered_not_shown():
+    """The doctor's findings write names as `code`: the explorer's list shows them as code,
+    its plain status without the backticks."""
+    ex = X.DoctorExplorer(theme="technical", bug="detach")
+    assert "`" in "".join(ex.lines)
+    assert "`" not in ex.status() and "0.weight" in ex.status()
+    assert "`" not in ex._numbers_html() and "<code>0.weight</code>" in ex._numbers_html()
 
 
 def test_chinese_explorers_use_the_zh_glossary():
