@@ -154,14 +154,20 @@ def _has_words(body: str, names: set[str] = frozenset()) -> bool:
     ``names`` of the code (``"torch"``, ``"RuntimeError:"``)."""
     # (any script's words: the edition's translation of a label is a label too; Chinese, which
     # puts no space between words and code, is set apart from the code first)
+    body = re.sub(r"\{[^{}]*\}", " ", body)  # placeholders first: they hold spaces too
     spaced = re.sub(r"([\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]+)", r" \1 ", body)
     words = re.findall(r"[^\W\d_]{2,}|[\u4e00-\u9fff]", _CODE_TOKEN.sub(" ", spaced))
     return any(w not in names for w in words)
 
 
 def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
-    """The strings a figure shows in a code cell, and the words a ``print`` call prints (its
-    string arguments that are more than code), as :func:`_literal` gives them."""
+    """The strings a figure shows in a code cell, and the words a cell prints: the string
+    arguments of a ``print`` call that are more than code (each piece of a literal glued from
+    pieces, ``f"..." f"..."``, on its own), and the labels a cell only prints: the string keys
+    of a dict literal the cell reads with ``.items()`` / ``.keys()`` alone, and the strings at
+    one place of a ``for`` loop's literal list of tuples whose variable only a ``print``
+    reads. Renaming those changes what is printed and nothing else. Each as :func:`_literal`
+    gives it."""
     import ast
 
     try:
@@ -178,16 +184,26 @@ def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
                 found.append(literal)
 
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+    def printed(node, label=False):
+        """A string literal printed as it is: itself, or each piece it was glued from. A
+        label that is one name (``"relu"``, ``"argmax"``) is code, and stays."""
+        literal = _literal(source, node)
+        pieces = [literal] if literal and literal[3] not in literal[4] else \
+            _pieces(source, node)
+        found.extend(lit for lit in pieces if _has_words(lit[4], names)
+                     and not (label and re.fullmatch(r"[A-Za-z_][\w.]*(?:\(\))?", lit[4])))
+
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    in_print = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id == "print":
             for arg in node.args:
-                literal = _literal(source, arg) if isinstance(arg, ast.JoinedStr | ast.Constant) \
-                    and not (isinstance(arg, ast.Constant) and not isinstance(arg.value, str)) \
-                    else None
-                # (not a literal glued from pieces, whose text between quotes is no one string)
-                if literal and literal[3] not in literal[4] and _has_words(literal[4], names):
-                    found.append(literal)
+                in_print.update(map(id, ast.walk(arg)))
+                if isinstance(arg, ast.JoinedStr) or (isinstance(arg, ast.Constant)
+                                                      and isinstance(arg.value, str)):
+                    printed(arg)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in TEXT_CALLS and node.args:
                 add(node.args[0])
@@ -195,7 +211,70 @@ def display_strings(source: str) -> list[tuple[int, int, str, str, str]]:
                 for kw in node.keywords:
                     if kw.arg in ("label", "title"):
                         add(kw.value)
-    return sorted(found)
+
+    def loads(name: str, within=(tree,)) -> list:
+        return [n for top in within for n in ast.walk(top) if isinstance(n, ast.Name)
+                and n.id == name and isinstance(n.ctx, ast.Load)]
+
+    for node in ast.walk(tree):
+        # a dict of labels: NAME = {"label": ...}, read only as NAME.items() / NAME.keys()
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) \
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            uses = loads(node.targets[0].id)
+            if uses and all(isinstance(parents.get(u), ast.Attribute)
+                            and parents[u].attr in ("items", "keys")
+                            and isinstance(parents.get(parents[u]), ast.Call)
+                            for u in uses):
+                for key in node.value.keys:
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        printed(key, label=True)
+        # for name, ... in [("label", ...), ...]: where only print reads ``name``
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Tuple) \
+                and isinstance(node.iter, ast.List | ast.Tuple) and node.iter.elts \
+                and all(isinstance(e, ast.Tuple) and len(e.elts) == len(node.target.elts)
+                        for e in node.iter.elts):
+            for i, var in enumerate(node.target.elts):
+                if not isinstance(var, ast.Name):
+                    continue
+                uses = loads(var.id, node.body)
+                if uses and all(id(u) in in_print for u in uses):
+                    for row in node.iter.elts:
+                        if isinstance(row.elts[i], ast.Constant) \
+                                and isinstance(row.elts[i].value, str):
+                            printed(row.elts[i], label=True)
+    return sorted(set(found))
+
+
+def _pieces(source: str, node) -> list[tuple[int, int, str, str, str]]:
+    """The string literals a literal glued from pieces (``"a " "b"``) was written as, each
+    as :func:`_literal` gives it."""
+    import io
+    import tokenize
+
+    lines = source.splitlines(keepends=True)
+
+    def offset(lineno: int, col: int) -> int:
+        return sum(map(len, lines[:lineno - 1])) + len(lines[lineno - 1].encode()[:col].decode())
+
+    start = offset(node.lineno, node.col_offset)
+    span = source[start:offset(node.end_lineno, node.end_col_offset)]
+    span_lines = span.splitlines(keepends=True)
+    out = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(span).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    for tok in tokens:
+        if tok.type != tokenize.STRING:
+            continue
+        (r0, c0), (r1, c1) = tok.start, tok.end
+        a = sum(map(len, span_lines[:r0 - 1])) + c0
+        b = sum(map(len, span_lines[:r1 - 1])) + c1
+        m = LITERAL.match(span[a:b])
+        if m and m.group("body").strip() and m.group("quote") not in m.group("body"):
+            out.append((start + a, start + b, m.group("prefix"), m.group("quote"),
+                        m.group("body")))
+    return out
 
 
 #: comments that are instructions to tools, not to readers

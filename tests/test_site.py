@@ -352,6 +352,75 @@ def test_lesson_page_has_no_traceback_and_shows_its_exercises(built, root, name)
     assert "course.static_states" not in text  # the hidden set-up cell stays hidden
 
 
+class _Outputs(HTMLParser):
+    """What a lesson page's code cells printed and drew (``cell_output``), block by block:
+    table cells apart, pictures by their alt text; code (``<code>``, an explorer's code
+    panel) and the outputs of a cell that prints Python source are left out."""
+
+    BLOCKS = {"p", "div", "li", "tr", "pre", "br", "table", "td", "th"}
+    VOID = {"br", "img", "meta", "link", "input", "hr", "source", "wbr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.outputs: list[str] = []
+        self._depth = self._code = 0
+        self._input: list[str] = []
+        self._in_input = 0
+        self._parts: list[str] = []
+        self._source_cell = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = a.get("class") or ""
+        if "cell_input" in cls:
+            self._in_input, self._input = 1, []
+        elif self._in_input and tag not in self.VOID:
+            self._in_input += 1
+        if not self._depth:
+            if "cell_output" in cls:
+                self._depth, self._parts = 1, []
+                self._source_cell = "getsource" in "".join(self._input)
+            return
+        if tag == "img" and a.get("alt"):
+            self._parts.append(f"\n{a['alt']}\n")
+        if tag in self.BLOCKS:
+            self._parts.append(" | " if tag in ("td", "th") else "\n")
+        if tag not in self.VOID:
+            self._depth += 1
+            self._code += self._code > 0 or "xp-code" in cls or tag == "code"
+
+    def handle_endtag(self, tag):
+        if self._in_input and tag not in self.VOID:
+            self._in_input -= 1
+        if not self._depth or tag in self.VOID:
+            return
+        self._depth -= 1
+        self._code -= self._code > 0
+        if not self._depth and not self._source_cell:
+            self.outputs.append("".join(self._parts))
+
+    def handle_data(self, data):
+        if self._in_input:
+            self._input.append(data)
+        if self._depth and not self._code:
+            self._parts.append(data)
+
+
+@pytest.mark.parametrize("name", ZH_NAMES)
+def test_what_the_chinese_lessons_print_and_draw_reads_chinese(built, name):
+    """Everything the Chinese lesson's code shows (printed labels, tables, explorers' lines,
+    the doctor's findings, pictures' alt text) is Chinese, outside code, quoted values and
+    torch's own error and warning messages."""
+    from helpers import english_sentences
+
+    parser = _Outputs()
+    parser.feed((built[0] / "zh-CN" / "lessons" / f"{name}.html").read_text())
+    assert parser.outputs, name
+    left = [(line.strip()[:120], found) for output in parser.outputs
+            for line in output.split("\n") if (found := english_sentences(line))]
+    assert not left, left
+
+
 def _explorer_cells(name: str) -> int:
     nb = nbformat.read(str(ROOT / "release" / name / f"{name}.ipynb"), as_version=4)
     return sum(1 for c in nb.cells if c.cell_type == "code"

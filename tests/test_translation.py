@@ -68,7 +68,7 @@ def _skeleton(source: str) -> str:
             span = (len(source.encode()[:starts[node.lineno - 1] + node.col_offset].decode()),
                     len(source.encode()[:starts[node.end_lineno - 1]
                                         + node.end_col_offset].decode()))
-            if span in shown:
+            if any(a <= lo and hi <= b for lo, hi in shown for a, b in [span]):  # or pieces
                 node.__class__, node.__dict__ = ast.Constant, {**node.__dict__, "value": "…"}
     tree.body = [s for s in tree.body if not (
         isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
@@ -339,3 +339,28 @@ def test_validate_names_each_graded_cell_in_the_notebooks_language(assignment):
         assert names, assignment
         for name in names:
             assert re.match(pattern, name) and not re.search(r"points?\b|分[）)]", name), name
+
+
+def test_a_cell_s_printed_words_are_found_and_nothing_its_code_reads():
+    """What the Chinese edition translates in a code cell: the words ``print`` prints (each
+    piece of a literal glued from pieces), and labels the cell only prints (a dict read only
+    with ``.items()``, a loop's literal rows whose variable only ``print`` reads); never a key
+    the code looks up, a name-like label, or a string the code compares."""
+    source = '''PROBES = {"no probe": None, "probe keeping clones": None, "relu": None}
+for name, install in PROBES.items():
+    print(f"{name:21} saved")
+ANSWER = {"monday": 1, "two reports": 2}
+check("q1", ANSWER)
+for name, model in [("activation-heavy", 1), ("parameter-heavy", 2)]:
+    print(f"{name}:")
+shares = {}
+for name, model in [("kept as a key", 1)]:
+    shares[name] = model
+print(f"x = {1}, "
+      f"the step moved the centre by {2}")
+if shares.get("looked up here") == "compared here":
+    pass
+'''
+    found = [body for *_rest, body in translate.display_strings(source)]
+    assert found == ["no probe", "probe keeping clones", "{name:21} saved", "activation-heavy",
+                     "parameter-heavy", "the step moved the centre by {2}"]
