@@ -154,6 +154,11 @@ class _Explorer(_Twin):
     DEFAULTS: dict = {}
     CHOICES: dict = {}   # control -> every value it can take (tests walk every state)
     SIZE_STATES: tuple = ()  # states whose pictures need more room than the start's
+    # The code panel's size in every state (columns: a CJK character counts two; lines) and
+    # the least height of the sentences beside it (em), so a click never moves the picture:
+    # tests/test_explorers.py checks the code of every state fits, and the browser test that
+    # the explorer keeps its height while the learner clicks.
+    CODE_COLS, CODE_LINES, LINES_EM = 60, 6, 8.0
     _syncing = False
 
     def __init__(self, theme: str = "logistics", dpi: int | None = None, **state):
@@ -276,7 +281,9 @@ class _Explorer(_Twin):
         return f'<ul class="xp-lines" style="margin:0.2em 0">{items}</ul>'
 
     def _code_html(self) -> str:
-        return ('<pre class="xp-code" style="margin:0.2em 0;font-size:12px">'
+        return ('<pre class="xp-code" style="margin:0.2em 0;font-size:12px;line-height:1.35;'
+                f"width:{self.CODE_COLS + 1}ch;max-width:100%;min-height:"
+                f'{1.35 * self.CODE_LINES:.2f}em;overflow-x:auto">'
                 f"{html.escape(chr(10).join(self.code))}</pre>")
 
     def _picture_html(self) -> str:
@@ -346,14 +353,17 @@ class _Explorer(_Twin):
         self.figure_out.add_class("xp-figure")
         self.chart = w.HTML()
         self.chart.add_class("xp-chart")
-        self.numbers_html = w.HTML()
+        # side by side, never wrapped under each other: the code at its own width, the
+        # sentences in the rest, at least LINES_EM high
+        self.numbers_html = w.HTML(layout=w.Layout(flex="1 1 0", min_width="0",
+                                                   min_height=f"{self.LINES_EM}em"))
         self.numbers_html.add_class("xp-numbers")
-        self.code_html = w.HTML()
+        self.code_html = w.HTML(layout=w.Layout(flex="0 1 auto", min_width="0"))
         self.code_html.add_class("xp-code")
         self.widget = w.VBox([
             w.HTML(f"<b>{html.escape(_(self.TITLE))}</b>"), *rows, theme,
             w.HBox([self.code_html, self.numbers_html],
-                   layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
+                   layout=w.Layout(flex_flow="row nowrap", align_items="flex-start",
                                    grid_gap="1.5em")),
             self.figure_out if self.graph is not None else self.chart,
         ])
@@ -407,6 +417,7 @@ class RetainExplorer(_Explorer):
     """
 
     CSS = "retain-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 50, 8, 15
     TITLE = N_("report = (parcel * w) ** 2, summed: a monitor on the station")
     DEFAULTS = {"monitor": "before", "audits": 1}
     SIZE_STATES = ({"monitor": "after"},)  # the longest note on the station
@@ -541,6 +552,7 @@ class SkipPathExplorer(_Explorer):
     """
 
     CSS = "skip-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 65, 6, 13
     TITLE = N_("Residual stack: gradient norm at the input of each block")
     DEFAULTS = {"blocks": 10, "detach": False}
     CHOICES = {"blocks": tuple(range(1, 21)), "detach": (False, True)}
@@ -608,6 +620,7 @@ class HookExplorer(_Explorer):
     """
 
     CSS = "hook-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 72, 6, 17.5
     TITLE = N_("loss = 3 * w * w, summed: a hook on w")
     DEFAULTS = {"hook": True, "action": "clip", "passes": 2, "remove": False}
     SIZE_STATES = ({"passes": 3, "action": "scale", "remove": True},  # the longest caption
@@ -737,6 +750,7 @@ class NoGradExplorer(_Explorer):
     """
 
     CSS = "nograd-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 36, 6, 15
     TITLE = N_("a training step, with no_grad() around some lines")
     DEFAULTS = {"use": True, "cover": (4, 5)}
     CHOICES = {"use": (False, True),
@@ -846,6 +860,7 @@ class InplaceExplorer(_Explorer):
     """
 
     CSS = "inplace-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 54, 7, 17.5
     TITLE = N_("y = h * w saves h; then h is edited")
     DEFAULTS = {"edit": "after", "inplace": True}
     CHOICES = {"edit": ("none", "before", "after"), "inplace": (False, True)}
@@ -1026,6 +1041,7 @@ class DoctorExplorer(_Explorer):
     """
 
     CSS = "doctor-explorer"
+    CODE_COLS, CODE_LINES, LINES_EM = 73, 9, 24
     TITLE = N_("The gradient-flow doctor on a network with one bug")
     DEFAULTS = {"bug": "detach", "layers": 6}
     CHOICES = {"bug": tuple(BUGS), "layers": tuple(range(2, 21))}

@@ -488,3 +488,36 @@ def test_the_picture_shows_what_each_control_changes(cls):
                 if said2 != said and shown2 == shown:
                     hidden.append((start, key, v, [s for s in said2 if s not in said]))
     assert not hidden, hidden[:5]
+
+
+def _columns(line: str) -> int:
+    """How many monospace columns a line takes: a CJK character two."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+
+@pytest.mark.parametrize("cls", list(X.EXPLORERS.values()), ids=lambda c: c.__name__)
+def test_the_code_panel_holds_the_code_of_every_state(cls):
+    """The code panel is CODE_COLS x CODE_LINES whatever the learner clicks, in both
+    languages and every theme, so the picture under it never moves (and no line is cut)."""
+    import itertools
+
+    from course.i18n import using
+
+    keys = list(cls.CHOICES)
+    values = [cls.CHOICES[k] if len(cls.CHOICES[k]) <= 6 else cls.CHOICES[k][::3]
+              + cls.CHOICES[k][-1:] for k in keys]
+    ex = cls.__new__(cls)
+    ex.dpi = None
+    widest = tallest = 0
+    for language in ("en", "zh-CN"):
+        with using(language):
+            for theme in themes.THEMES:
+                for combo in itertools.product(*values):
+                    ex.theme, ex.state = theme, dict(zip(keys, combo, strict=True))
+                    ex.graph, ex.svg = None, ""
+                    ex.compute()
+                    widest = max(widest, max(map(_columns, ex.code)))
+                    tallest = max(tallest, len(ex.code))
+    assert widest <= cls.CODE_COLS and tallest <= cls.CODE_LINES, (widest, tallest)

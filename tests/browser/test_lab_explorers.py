@@ -3,7 +3,8 @@
 One generated notebook holds all six, run once with Run All on the session's Lab server
 (the one ``test_lab.py`` uses), so the added cost is one page load and one Run All. For
 each explorer: its picture renders, a click on one of its controls changes the picture
-and the numbers (to what torch computes here), and no error shows. Screenshots of each
+and the numbers (to what torch computes here) without changing the explorer's height, and
+no error shows. Screenshots of each
 explorer before and after its click go to test-artifacts/.
 """
 
@@ -87,6 +88,7 @@ def test_every_explorer_renders_and_responds(lab, page):
             ex.screenshot(path=str(lab.artifact(f"explorer-{css}-before.png")))
             before_numbers = ex.locator(".xp-numbers").inner_text()
             before_src = page.locator(pic).first.get_attribute("src")
+            before_height = ex.bounding_box()["height"]
             do_click(ex)
             changed(page, f".{css} .xp-numbers", before_numbers)
             page.wait_for_function(
@@ -94,6 +96,8 @@ def test_every_explorer_renders_and_responds(lab, page):
                 " return el && el.src !== before; }", arg=[pic, before_src], timeout=20_000)
             numbers = ex.locator(".xp-numbers").inner_text()
             assert (after or expected[css]) in numbers, (css, numbers)
+            # the code and the sentences keep their room: the picture does not move
+            assert abs(ex.bounding_box()["height"] - before_height) <= 1, css
             ex.screenshot(path=str(lab.artifact(f"explorer-{css}-after.png")))
         text = outputs_text(page)
         for bad in (*FAILURE_TEXTS, "Traceback"):
