@@ -759,7 +759,7 @@ class NoGradExplorer(_Explorer):
     def compute(self) -> None:
         import torch
 
-        from course.graph import add_constant_input, build_graph
+        from course.graph import build_graph
 
         use = bool(self.state["use"])
         first, last = (int(v) for v in self.state["cover"])
@@ -769,7 +769,7 @@ class NoGradExplorer(_Explorer):
                "w2": torch.tensor([2.0, 1.0], requires_grad=True)}
         start = {n: env[n].detach().clone() for n in ("w1", "w2")}
         t = self.theme
-        recorded, error, code = {}, None, []
+        recorded, error, code, g = {}, None, [], None
         for k, line in enumerate(STEP_LINES, start=1):
             inside = use and first <= k <= last
             if use and k == first:
@@ -777,6 +777,8 @@ class NoGradExplorer(_Explorer):
             code.append(("    " if inside else "") + line)
             if error is not None:
                 continue
+            if line == "loss.backward()":
+                g = self._draw_forward(env)  # while the saved tensors still exist
             ctx = torch.no_grad() if inside else contextlib.nullcontext()
             try:
                 with ctx:
@@ -813,17 +815,25 @@ class NoGradExplorer(_Explorer):
                         "w1": tensors["w1"].detach().clone(),
                         "w2": tensors["w2"].detach().clone()}
         self.lines, self.code = lines, code
+        if g is None:  # the forward pass failed before backward()
+            g = self._draw_forward(env)
+        _refresh_grads(g)
+        self.graph = g
+
+    @staticmethod
+    def _draw_forward(env: dict):
+        """The graph of ``loss`` (or of what the step made so far), drawn before backward()
+        frees the tensors the operations saved: a constant (``x``, or ``h`` made under
+        no_grad()) is drawn entering the operation that saved it, which torch tells."""
+        import torch
+
+        from course.graph import build_graph
+
+        tensors = {n: v for n, v in env.items() if isinstance(v, torch.Tensor)}
         out = tensors.get("loss", tensors.get("h"))
         if out is None:  # the first line failed: draw the two sorting centres alone
             out = tensors["w1"]
-        g = build_graph(out, namespace=tensors)
-        uses = {"h": ("x", "w1"), "loss": ("h", "w2")}
-        for name in ("loss", "h"):
-            if name in g:
-                for used in uses[name]:
-                    if used in tensors and not tensors[used].requires_grad:
-                        add_constant_input(g, used, name, tensors[used])
-        self.graph = g
+        return build_graph(out, namespace=tensors)
 
     def picture_title(self) -> str:
         first, last = self.state["cover"]

@@ -521,3 +521,26 @@ def test_the_code_panel_holds_the_code_of_every_state(cls):
                     widest = max(widest, max(map(_columns, ex.code)))
                     tallest = max(tallest, len(ex.code))
     assert widest <= cls.CODE_COLS and tallest <= cls.CODE_LINES, (widest, tallest)
+
+
+@pytest.mark.parametrize("cover", X.NoGradExplorer.CHOICES["cover"])
+def test_no_grad_explorer_draws_each_constant_at_the_operation_that_used_it(cover):
+    """h = (x * w1).tanh(): the ordinary parcel x enters the multiplication, not tanh; an h
+    made under no_grad() enters loss's multiplication by w2, not the sum. Torch's own saved
+    tensors say so, read before backward() frees them."""
+    g = X.NoGradExplorer(theme="technical", cover=cover).graph
+
+    def op(node):  # the torch class of the operation a constant enters, and what it feeds
+        (fn,) = g.successors(node)
+        feeds = {g.nodes[s].get("torch_class") or s for s in g.successors(fn)}
+        return g.nodes[fn]["torch_class"], feeds
+
+    first, last = cover
+    if "x" in g:                          # line 1 recorded: x * w1, then tanh
+        assert not first <= 1 <= last
+        assert op("x") == ("MulBackward0", {"TanhBackward0"})
+    if "h" in g and g.nodes["h"]["kind"] == "constant":   # h made under no_grad()
+        assert op("h") == ("MulBackward0", {"SumBackward0"})
+    for u, v in g.edges:
+        assert not (g.nodes[u]["kind"] == "constant"
+                    and g.nodes[v].get("torch_class") in ("TanhBackward0", "SumBackward0"))
