@@ -363,3 +363,20 @@ def test_lesson_03_skip_edge_goes_straight_into_add():
         assert not any(segment_hits_box(p, q, geo.bounds["w2"])
                        for p, q in zip(pts, pts[1:], strict=False))
         assert not problems(skip_kept, theme)
+
+
+def test_every_drawn_graph_has_torchs_edges():
+    """Every graph the course draws (notebook figures, every explorer state, every stepper
+    step, every lesson explorer state) has exactly the edges of torch's ``grad_fn`` graph:
+    each ``next_functions[i]`` of each backward function is an edge into it (a value used
+    twice is one edge with both inputs), and nothing else enters a function except the
+    constants a formula used (dashed)."""
+    from test_graph import assert_edges_match_next_functions
+
+    checked = 0
+    for _name, g, _title in every_graph():
+        if not any(d.get("node") is not None for _, d in g.nodes(data=True)):
+            continue  # a graph without torch's functions (everything switched off)
+        assert_edges_match_next_functions(g)
+        checked += 1
+    assert checked > 100
