@@ -27,6 +27,14 @@ the two whose point is a number per layer (03, 07) draw a log-scale chart as SVG
 ``ex.set(monitor="after")`` or ``ex.controls["monitor"].value = "after"``; ``ex.numbers``
 holds what it shows, ``ex.status()`` the sentences.
 
+The picture shows what each control changed, not only the sentences under it: a graph
+explorer writes it on the node it concerns (``note``: when the monitor came, what the hook
+does, the version mul saved) and under the title (``caption``: the error backward() raised,
+what reached ``.grad`` in each pass); tests/test_explorers.py walks every control and compares
+what is drawn. The code panel and the sentences sit side by side, each with the room its
+largest state needs (``CODE_COLS``, ``CODE_LINES``, ``LINES_EM``), so a click never moves the
+picture.
+
 Each one has a static twin, like ``GraphExplorer``: under nbgrader autograding
 (``NBGRADER_EXECUTION``) or without ipywidgets, displaying it shows the picture, the
 numbers and the code that ran as plain outputs, and ``static_figure()`` returns a
