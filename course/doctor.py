@@ -487,7 +487,8 @@ class Report:
         exploding thresholds as dashed lines. One bar per layer (:meth:`layers`: each module
         that owns trainable parameters), numbered 1..N in the model's order as a learner
         counts them; a layer without a gradient, or with a zero one, is a hatched bar at the
-        bottom labelled ``None`` / ``0``. The legend names every colour drawn.
+        bottom labelled ``None`` / ``0``. A bar's colour is what its own norm says
+        (:func:`bar_status`). The legend names every colour drawn.
 
         Returns the ``Figure``. Without ``ax`` it is a figure outside pyplot: nothing to close,
         shown once in a notebook, saved with ``fig.savefig(...)``. Never calls ``plt.show()``.
@@ -506,12 +507,13 @@ class Report:
         positive = [n for _, n, _ in layers if n]
         floor = 10 ** math.floor(math.log10(min(positive + [vanishing]))) / 10
         heights = [n if n else floor for _, n, _ in layers]
-        colors = [_COLOURS.get(s, _OTHER_COLOUR) for _, _, s in layers]
+        shown = [bar_status(n, s, self.thresholds) for _, n, s in layers]
+        colors = [_COLOURS.get(s, _OTHER_COLOUR) for s in shown]
         numbers = range(1, len(layers) + 1)
         bars = ax.bar(numbers, heights, color=colors, edgecolor="#343a40", linewidth=0.6)
         drawn: dict[str, list[str]] = {}   # colour -> the statuses drawn in it
         missing = False
-        for bar, (_layer, n, status) in zip(bars, layers, strict=True):
+        for bar, (_layer, n, _worst), status in zip(bars, layers, shown, strict=True):
             if not n:
                 missing = True
                 bar.set_hatch("//")
@@ -558,6 +560,25 @@ class Report:
 
 
 _OTHER_COLOUR = "#868e96"
+
+
+def bar_status(norm: float | None, status: str, thresholds: dict) -> str:
+    """The status a layer's bar shows: what its own norm says (``ok``, ``vanishing``,
+    ``exploding``, ``nonfinite``), or, for a bar with no gradient or a zero one, why
+    (the layer's own status: ``detached``, ``zero`` ...). A layer whose worst parameter is
+    ``zero`` while another of its parameters gets a healthy gradient is a healthy bar; its
+    finding says the rest."""
+    if not norm:
+        return status
+    if not math.isfinite(norm):
+        return "nonfinite"
+    if norm < thresholds["vanishing"]:
+        return "vanishing"
+    if norm > thresholds["exploding"]:
+        return "exploding"
+    return "ok"
+
+
 # The plot's legend names the statuses drawn in each colour (the status ids are code).
 _STATUS_WORDS = {
     "ok": N_("healthy (`ok`)"), "frozen": N_("`frozen`"), "unreachable": N_("`unreachable`"),

@@ -1007,7 +1007,8 @@ def _said(detail: str, analogy: bool) -> str:
     if analogy and len(parts) > 1:
         said += " " + parts[-1].rstrip(".") + "."
     return said
-_STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "exploding": "#e03131"}
+_STATUS_COLOURS = {"ok": "#2f9e44", "vanishing": "#74c0fc", "exploding": "#e03131",
+                   "nonfinite": "#e03131"}
 
 
 def patient_source(bug: str) -> str:
@@ -1109,8 +1110,12 @@ class DoctorExplorer(_Explorer):
         if report.ok:
             lines.append(_("every layer gets a healthy gradient."))
         self.lines = lines
+        from course.doctor import bar_status
+
+        shown = [bar_status(n, s, report.thresholds) for n, s in zip(norms, statuses,
+                                                                      strict=True)]
         bars = [(n, _STATUS_COLOURS.get(s, "#868e96"), status_name(s))
-                for n, s in zip(norms, statuses, strict=True)]
+                for n, s in zip(norms, shown, strict=True)]
         self.chart_args = dict(
             xlabels=[str(i) for i in range(1, layers + 1)], series=[], bars=bars,
             title=_("Gradient norm per layer: {bug}", bug=_(BUGS[bug])),

@@ -503,3 +503,48 @@ def test_importing_the_doctor_does_not_import_matplotlib():
     code = ("import sys, course.doctor; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_each_bar_is_coloured_by_its_own_norm():
+    """A layer whose bias gets no gradient while its weight gets a healthy one is a healthy
+    bar (its finding names the bias), not a grey "zero" bar of height 0.3; a bar is
+    vanishing or exploding by its own height against the dashed thresholds; only a bar with
+    no gradient or a zero one carries the layer's reason. In the doctor's plot and in the
+    lesson 07 explorer's chart, whose legend then names each status once."""
+    import math
+
+    import matplotlib.colors as mcolors
+
+    from course import doctor, explorers
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    x = torch.randn(8, 4)
+
+    def loss():  # the first layer's bias is multiplied by 0: exactly zero gradient
+        h = net[1](x @ net[0].weight.T + 0 * net[0].bias)
+        return net[2](h).sum()
+
+    report = doctor.diagnose(net, step=loss)
+    layers = report.layers()
+    assert [s for _, _, s in layers][0] == "zero" and layers[0][1] > 0
+    fig = report.plot()
+    faces = [mcolors.to_hex(b.get_facecolor()) for b in fig.axes[0].patches[:len(layers)]]
+    for (_layer, norm, worst), face in zip(layers, faces, strict=True):
+        shown = doctor.bar_status(norm, worst, report.thresholds)
+        assert face == doctor._COLOURS.get(shown, doctor._OTHER_COLOUR) or not norm
+        if norm and report.thresholds["vanishing"] <= norm <= report.thresholds["exploding"]:
+            assert shown == "ok"
+    for bug in explorers.BUGS:
+        for layers_n in (2, 6, 20):
+            ex = explorers.DoctorExplorer(theme="technical", bug=bug, layers=layers_n)
+            for value, colour, label in ex.chart_args["bars"]:
+                if value and value < explorers.DoctorExplorer.VANISHING:
+                    assert label == "vanishing", (bug, layers_n, value, label)
+                elif value and math.isfinite(value) and value <= 1e3:
+                    assert (colour, label) == ("#2f9e44", "ok"), (bug, layers_n, value, label)
+            names = [label if v else f"{label}/{v}" for v, _c, label in ex.chart_args["bars"]]
+            colours = {}
+            for (v, c, _l), name in zip(ex.chart_args["bars"], names, strict=True):
+                colours.setdefault(name, set()).add(c if v else "hatch")
+            assert all(len(c) == 1 for c in colours.values()), colours
