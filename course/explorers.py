@@ -767,8 +767,6 @@ class NoGradExplorer(_Explorer):
     def compute(self) -> None:
         import torch
 
-        from course.graph import build_graph
-
         use = bool(self.state["use"])
         first, last = (int(v) for v in self.state["cover"])
         env = {"torch": torch,
@@ -1016,7 +1014,7 @@ def patient_source(bug: str) -> str:
     act = "torch.sigmoid" if bug == "sigmoid" else "torch.relu"
     first = {
         "detach": f"    h = {act}(model[0](x)).detach()        # " + _("the bug: detach()") + "\n",
-        "no_grad": f"    with torch.no_grad():                   # " + _("the bug: no_grad()") + "\n"
+        "no_grad": "    with torch.no_grad():                   # " + _("the bug: no_grad()") + "\n"
                    f"        h = {act}(model[0](x))\n",
     }.get(bug, f"    h = {act}(model[0](x))\n")
     return ("def loss_fn():\n" + first

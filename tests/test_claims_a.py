@@ -19,6 +19,29 @@ import course
 # --- lesson 01: where the four rules stop -------------------------------------------------
 
 
+def test_l01_a_vector_output_needs_its_starting_gradient():
+    """Lesson 01, "A vector output: where does backward() start?": backward() of a vector
+    raises; backward(gradient=v) is the vector-Jacobian product, (y * v).sum().backward(),
+    and with v all ones y.sum().backward(); for a non-linear y too (v^T times the Jacobian)."""
+    x = torch.tensor([1.0, 2.0, -0.5], requires_grad=True)
+    v = torch.tensor([1.0, 0.5, -2.0])
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        (x * 2).backward()
+    (x.sin() * x).backward(gradient=v)
+    vjp = x.grad.clone()
+    x.grad = None
+    ((x.sin() * x) * v).sum().backward()
+    assert torch.equal(x.grad, vjp)
+    jacobian = torch.autograd.functional.jacobian(lambda t: t.sin() * t, x.detach())
+    assert torch.allclose(vjp, v @ jacobian)
+    x.grad = None
+    (x * 2).backward(gradient=torch.ones(3))
+    ones = x.grad.clone()
+    x.grad = None
+    (x * 2).sum().backward()
+    assert torch.equal(x.grad, ones)
+
+
 @pytest.mark.parametrize("make", [
     lambda w: w > 0,
     lambda w: w.argmax(),
