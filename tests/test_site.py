@@ -11,7 +11,6 @@ Chromium with every non-file request aborted.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -588,55 +587,3 @@ def test_the_chinese_site_search_finds_chinese_words(built, offline_page, word):
     # errors are the offline site's, and the hits are what the reader needs)
 
 
-# Run in a process of its own: the site forks its workers, and a fork of pytest's process (its
-# threads: Lab servers, oracles) can deadlock on a lock a thread held.
-_UNSTARTED = """
-import json, os, socket, sys
-from pathlib import Path
-
-import nbformat
-from jupyter_client.connect import LocalPortCache
-
-from autograder import site
-
-tmp = Path(sys.argv[1])
-busy = socket.socket()
-busy.bind(("127.0.0.1", 0))
-busy.listen()
-taken, parent = busy.getsockname()[1], os.getpid()
-find = LocalPortCache.find_available_port
-LocalPortCache.find_available_port = lambda self, ip: (
-    taken if os.getpid() != parent else find(self, ip))
-notebooks = []
-for name, code in [("a", "x = 1"), ("b", "print(2)"), ("broken", "1 / 0")]:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    notebooks.append(tmp / f"{name}.ipynb")
-    nbformat.write(nb, notebooks[-1])
-try:
-    site.execute(notebooks, tmp / "cache", parallel=True)
-    print(json.dumps({"error": None}))
-except site.SiteError as exc:
-    print(json.dumps({"error": str(exc)}))
-"""
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the site runs lessons side by side "
-                    "only on more than one core")
-def test_a_lesson_whose_kernel_did_not_start_is_run_again_alone(tmp_path):
-    """Kernels started side by side pick their TCP ports independently, so one can find its
-    port taken (a CI run lost its site this way). Here every kernel a pool worker starts is
-    given a port another socket holds, so it dies before it answers; the build runs those
-    lessons again, one at a time, and only a lesson whose own cell fails is reported."""
-    proc = subprocess.run([sys.executable, "-c", _UNSTARTED, str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
-    assert "broken.ipynb" in error and "ZeroDivisionError" in error
-    assert "a.ipynb" not in error and "b.ipynb" not in error
-    from jupyter_cache import get_cache
-    cache = get_cache(str(tmp_path / "cache"))
-    ran = {Path(r.uri).name for r in cache.list_project_records()
-           if cache.get_cached_project_nb(r.uri) is not None}
-    assert ran == {"a.ipynb", "b.ipynb"}
