@@ -617,9 +617,6 @@ _HOOK_ACTIONS = {
 }
 
 
-_HOOK_RESULT = {"scale": lambda g: g * 0.1, "clip": lambda g: g.clamp(-1.0, 1.0)}
-
-
 class HookExplorer(_Explorer):
     """Lesson 04: a hook on the sorting centre ``w``: on or off, looking, scaling or
     clipping what passes, over several backward passes, with its handle removed or not.
@@ -664,10 +661,13 @@ class HookExplorer(_Explorer):
                           }[s["action"]]
             code.append(f"handle = w.register_hook({body})   # {note}")
         station = loss = None
+        reached = []  # what each pass added to w.grad, read from torch
         for k in range(passes):
             station = w * w
             loss = (3 * station).sum()
+            before = torch.zeros_like(w) if w.grad is None else w.grad.clone()
             loss.backward()
+            reached.append(w.grad - before)
             code.append("(3 * (w * w)).sum().backward()")
             if k == 0 and handle is not None and s["remove"]:
                 handle.remove()
@@ -679,9 +679,6 @@ class HookExplorer(_Explorer):
                     "clip": _("hook: clips to [-1, 1]")}[s["action"]]
             self.graph.nodes["w"]["note"] = (
                 _("{hook}, removed after pass 1", hook=verb) if s["remove"] else verb)
-        # what reached .grad in each pass (the hook's result, or what passed untouched)
-        reached = [passing if s["action"] == "look" or not s["hook"] or (s["remove"] and k)
-                   else _HOOK_RESULT[s["action"]](passing) for k in range(passes)]
         caption = [(_("w * w uses w twice (\u00d72): each pass sends 2 \u00d7 3 \u00d7 w = "
                       "{passing} to w", passing=_vec(passing)), "note"),
                    (_("w.grad = {terms}: what reached it in each pass",
