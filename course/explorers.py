@@ -418,7 +418,7 @@ class RetainExplorer(_Explorer):
     """Lesson 02: a temporary monitor on a transit station, installed before or after the
     audit, and ``.grad`` piling up over repeated audits of the same route.
 
-    The route is section 1's: ``station = parcel * w``, ``report = (station ** 2).sum()``,
+    The route is section 1's: ``station = parcel * w``, ``cost = (station ** 2).sum()``,
     audited ``audits`` times with ``retain_graph=True``. ``monitor``: ``"none"``,
     ``"before"`` or ``"after"`` (``station.retain_grad()`` before the first audit or after
     the last).
@@ -426,7 +426,7 @@ class RetainExplorer(_Explorer):
 
     CSS = "retain-explorer"
     CODE_COLS, CODE_LINES, LINES_EM = 50, 8, 15
-    TITLE = N_("report = (parcel * w) ** 2, summed: a monitor on the station")
+    TITLE = N_("cost = (parcel * w) ** 2, summed: a monitor on the station")
     DEFAULTS = {"monitor": "before", "audits": 1}
     SIZE_STATES = ({"monitor": "after"},)  # the longest note on the station
     CHOICES = {"monitor": ("none", "before", "after"), "audits": (0, 1, 2, 3)}
@@ -440,24 +440,24 @@ class RetainExplorer(_Explorer):
         w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
         parcel = torch.tensor([0.5, -1.0, 2.0])
         station = parcel * w
-        report = (station ** 2).sum()
+        cost = (station ** 2).sum()
         code = ["w = torch.tensor([1., 2., 3.], requires_grad=True)",
                 "parcel = torch.tensor([0.5, -1., 2.])", "station = parcel * w",
-                "report = (station ** 2).sum()"]
+                "cost = (station ** 2).sum()"]
         if monitor == "before":
             station.retain_grad()
             code.append("station.retain_grad()")
         for _audit in range(audits):
-            report.backward(retain_graph=True)
-        code += ["report.backward(retain_graph=True)"] * audits
+            cost.backward(retain_graph=True)
+        code += ["cost.backward(retain_graph=True)"] * audits
         if monitor == "after":
             station.retain_grad()
             code.append("station.retain_grad()          # " + _("after backward()"))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             station_grad = station.grad
-        env = {"w": w, "parcel": parcel, "station": station, "report": report}
-        self.graph = build_graph(report, namespace=env)
+        env = {"w": w, "parcel": parcel, "station": station, "cost": cost}
+        self.graph = build_graph(cost, namespace=env)
         if monitor != "none":  # the picture says when the monitor came, not only the text
             self.graph.nodes["station"].update(
                 note=_("retain_grad() before backward()") if monitor == "before" else

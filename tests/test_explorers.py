@@ -48,11 +48,11 @@ def route():
                                             ("none", 2), ("before", 0)])
 def test_retain_explorer_matches_torch(monitor, audits):
     ex = X.RetainExplorer(monitor=monitor, audits=audits)
-    w, station, report = route()
+    w, station, cost = route()
     if monitor == "before":
         station.retain_grad()
     for _ in range(audits):
-        report.backward(retain_graph=True)
+        cost.backward(retain_graph=True)
     if monitor == "after":
         station.retain_grad()
     n = ex.numbers

@@ -96,7 +96,7 @@ WRONG = [
     ("q3", {**Q3, "station.grad": [0.5, -1.0, 2.0]}, "nonleaf_grad_stored"),
     ("q3", {**Q3, "station.grad": [1.0, 1.0, 1.0]}, "nonleaf_grad_stored"),
     ("q3", {**Q3, "parcel.grad": [1.0, 2.0, 3.0]}, "constant_gets_grad"),
-    ("q3", {**Q3, "w.grad": [1.0, 2.0, 3.0]}, (None, "d report / d w_i = parcel_i")),
+    ("q3", {**Q3, "w.grad": [1.0, 2.0, 3.0]}, (None, "d cost / d w_i = parcel_i")),
     ("q3", {**Q3, "w.grad": None}, (None, "stored on w because w is a leaf")),
     # Q4
     ("q4", {**Q4, "station.grad": False}, "nonleaf_grad_silent"),

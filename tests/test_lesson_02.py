@@ -66,8 +66,8 @@ LATE = """\
 def audit_station():
     centre = torch.tensor([2.0, 4.0], requires_grad=True)
     station = centre * 1.5                 # Double-11: watch this transit station
-    report = (station ** 2).mean()
-    report.backward()
+    cost = (station ** 2).mean()
+    cost.backward()
     station.retain_grad()                  # install the monitor
     return station
 """
@@ -149,14 +149,14 @@ WRONG = [
     # Q8
     ("q8", LATE.replace("    station.retain_grad()                  # install the monitor\n", ""),
      "nonleaf_grad_stored"),
-    ("q8", LATE.replace("    return station", "    report.backward()\n    return station"),
+    ("q8", LATE.replace("    return station", "    cost.backward()\n    return station"),
      "graph_survives_backward"),
     ("q8", LATE.replace("station.retain_grad()                  # install the monitor",
                         "centre.retain_grad()").replace("return station", "return centre"),
      (None, "return the transit station itself")),
-    ("q8", LATE.replace("report.backward()", "report.backward(retain_graph=True)").replace(
+    ("q8", LATE.replace("cost.backward()", "cost.backward(retain_graph=True)").replace(
         "    return station",
-        "    report.backward(retain_graph=True)\n    report.backward()\n    return station"),
+        "    cost.backward(retain_graph=True)\n    cost.backward()\n    return station"),
      "grad_accumulates_not"),
     # Q9
     ("q9", TRAIN.replace("        opt.zero_grad()\n        loss = ((w - target) ** 2).sum()\n"
@@ -205,9 +205,9 @@ RIGHT = [
     ("q6", "def first_station_grad(model, x):\n    h = model[0](x)\n"
            "    (g,) = torch.autograd.grad(model[1:](h).sum(), h)\n    return g\n"),
     ("q7", BYTES.replace("s.grad.numel() * s.grad.element_size()", "s.grad.nbytes")),
-    ("q8", LATE.replace("    report.backward()\n    station.retain_grad()                  # install "
+    ("q8", LATE.replace("    cost.backward()\n    station.retain_grad()                  # install "
                         "the monitor\n", "    def keep(g):\n        station.grad = g\n"
-                        "    station.register_hook(keep)\n    report.backward()\n")),
+                        "    station.register_hook(keep)\n    cost.backward()\n")),
     ("q9", TRAIN.replace("        opt.zero_grad()\n", "").replace(
         "        opt.step()\n", "        opt.step()\n        opt.zero_grad()\n")),
     ("q9", TRAIN.replace("opt.zero_grad()", "w.grad = None")),

@@ -97,8 +97,8 @@ PARCELS = """\
 w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)   # sorting centre: its settings
 parcel = torch.tensor([0.5, -1.0, 2.0])                  # an ordinary parcel
 station = parcel * w                                     # transit station
-report = station.sum()                                   # the efficiency report
-report.backward()
+cost = station.sum()                                     # the network's delivery cost
+cost.backward()
 """
 
 
@@ -113,7 +113,7 @@ class Q3WhatGradHolds(Predict):
     title = N_("What does .grad hold after backward()?")
     code = PARCELS
     items = [
-        Item("w.grad", "With `report = sum(parcel * w)`, d report / d w_i = parcel_i, and it is "
+        Item("w.grad", "With `cost = sum(parcel * w)`, d cost / d w_i = parcel_i, and it is "
              "stored on w because w is a leaf that requires grad (a sorting centre files its "
              "report). Give the values as a list.", part="values"),
         Item("parcel.grad", "Nobody audits an ordinary parcel: it does not require grad, so its "

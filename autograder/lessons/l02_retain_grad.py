@@ -574,8 +574,8 @@ class Q8LateMonitor(WriteCode):
 def audit_station():
     centre = torch.tensor([2.0, 4.0], requires_grad=True)
     station = centre * 1.5                 # Double-11: watch this transit station
-    report = (station ** 2).mean()
-    report.backward()
+    cost = (station ** 2).mean()
+    cost.backward()
     station.retain_grad()                  # install the monitor
     return station
 """
@@ -618,7 +618,7 @@ def audit_station():
 
         return self.run_and_require(fn, [
             Requirement("the returned tensor is still the transit station", still_station),
-            Requirement("its .grad holds torch's report d report / d station", kept),
+            Requirement("its .grad holds torch's report d cost / d station", kept),
         ], part)
 
 
