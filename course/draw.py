@@ -9,7 +9,8 @@ retained nodes a thick amber outline, hooked nodes a probe marker, and after
 ``backward()`` the gradients torch keeps are printed in red under their node
 (and on the edges, when a ``BackwardStepper`` recorded them). A value one step uses twice
 (``w * w``) has "×2" on its edge. The explorers add what their controls changed: a node's
-``note`` (under its gradient: "saved at version 0, now 1") and the graph's ``caption``
+``note`` (under its gradient: "saved at version 0, now 1"; wrapped at ``NOTE_W`` so it
+never widens its column) and the graph's ``caption``
 (lines under the title: the error ``backward()`` raised, what a hook let through).
 
 Data coordinates are inches, so the figure grows with the graph and the text
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import struct
 import threading
 import zlib
@@ -71,7 +73,7 @@ BOX_PAD = 0.05              # the boxstyle's pad (inches), outside the text area
 SHAPE_OUT = BOX_PAD + 0.03  # everything a shape draws outside its text area: pad, teeth, outline
 COL_PAD = 0.03              # free inches at each side of a column's widest node
 GAP_X = 0.42                # inches between columns: edges cross here, and only here
-ROW_GAP = 0.32              # inches between the drawn extents of two nodes in a column
+ROW_GAP = 0.24              # inches between the drawn extents of two nodes in a column
 MARGIN = 0.25
 LANE = 0.14                 # inches between two edges running side by side where a graph wraps
 # The widest a drawing gets: the notebook column. JupyterLab's output area is about 968 CSS
@@ -81,6 +83,7 @@ COLUMN_WIDTH = 9.6
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
 NOTE_FONT = 9.5             # a node's note (what an explorer's control did to it)
 NOTE_H = 1.3 * NOTE_FONT / 72
+NOTE_W = 2.0                # a note wider than this wraps (so it never widens its column)
 CAPTION_H = 1.35 * FONT / 72  # a line of the caption under the title
 NOTE_COLOR = "#212529"      # near black on the white page (contrast 15:1)
 # Unhinted glyphs without the last-resort font fallback: what the widgets' PNGs and the
@@ -140,6 +143,27 @@ def _text_width(s: str, size: float = FONT, weight: str = "normal", style: str =
         width += a[0]
         prev, prev_face = a[1], a[2]
     return width / 720
+
+
+@functools.lru_cache(maxsize=256)
+def _note_lines(note: str, width: float = NOTE_W) -> tuple[str, ...]:
+    """A node's note cut into lines at most ``width`` inches wide (at spaces; a run without
+    spaces, such as Chinese, between two CJK characters, never inside a Latin run), so a long note adds lines under
+    its node instead of widening the node's column and wrapping the graph into more bands."""
+    lines: list[str] = []
+    for para in note.split("\n"):
+        line = ""
+        for token in re.findall(r"\S+\s*|\s+", para):
+            pieces = ([token] if _text_width(token.rstrip(), NOTE_FONT) <= width
+                      else re.findall(r"[\x00-\x7f]+|.", token))
+            for piece in pieces:
+                if line and _text_width((line + piece).rstrip(), NOTE_FONT) > width:
+                    lines.append(line.rstrip())
+                    line = piece.lstrip()
+                else:
+                    line += piece
+        lines.append(line.rstrip())
+    return tuple(lines)
 
 
 @functools.lru_cache(maxsize=16)
@@ -320,9 +344,10 @@ class Geometry:
                 grad_w = _text_width(_grad_template(d.get("shape") or ()), FONT) / 2
                 half_w[n] = max(shape_w, grad_w)
                 above[n], below[n] = h / 2 + SHAPE_OUT + 0.1, h / 2 + SHAPE_OUT + MARK_H + 0.04
-            if d.get("note"):              # and the note under that
-                half_w[n] = max(half_w[n], _text_width(d["note"], NOTE_FONT) / 2)
-                below[n] += NOTE_H
+            if d.get("note"):              # and the note under that, wrapped
+                lines = _note_lines(d["note"])
+                half_w[n] = max(half_w[n], *(_text_width(s, NOTE_FONT) / 2 for s in lines))
+                below[n] += NOTE_H * len(lines)
         ncols = max(col.values(), default=0) + 1
         col_w = [2 * COL_PAD + max([2 * half_w[n] for n in g if col[n] == c] + [0.3])
                  for c in range(ncols)]
@@ -862,7 +887,8 @@ def _draw(g: nx.DiGraph, fig, ax, theme: str, title: str | None, show_grads: boo
                  fontsize=FONT, color=red, fontweight="bold")
         if d.get("note"):
             below = y - h / 2 - SHAPE_OUT - 0.03 - (0 if d["kind"] == "function" else MARK_H)
-            text(x, below, d["note"], 3, ha="center", va="top", fontsize=NOTE_FONT,
+            text(x, below, "\n".join(_note_lines(d["note"])), 3, ha="center", va="top",
+                 fontsize=NOTE_FONT, linespacing=1.15,
                  color=red if d.get("note_tone") == "error" else NOTE_COLOR)
 
     color = themes.edge_color(theme)

@@ -31,9 +31,12 @@ The picture shows what each control changed, not only the sentences under it: a 
 explorer writes it on the node it concerns (``note``: when the monitor came, what the hook
 does, the version mul saved) and under the title (``caption``: the error backward() raised,
 what reached ``.grad`` in each pass); tests/test_explorers.py walks every control and compares
-what is drawn. The code panel and the sentences sit side by side, each with the room its
-largest state needs (``CODE_COLS``, ``CODE_LINES``, ``LINES_EM``), so a click never moves the
-picture.
+what is drawn. The picture sits right under the controls (the theme menu ends their last row;
+the live widget shows the picture's title as its heading instead of drawing it), so in a
+1400 x 900 window the controls and the picture are on screen together
+(tests/browser/test_lab_explorers.py measures it). Under the picture, the code panel and the
+sentences sit side by side, each with the room its largest state needs (``CODE_COLS``,
+``CODE_LINES``, ``LINES_EM``), so a click never moves anything.
 
 Each one has a static twin, like ``GraphExplorer``: under nbgrader autograding
 (``NBGRADER_EXECUTION``) or without ipywidgets, displaying it shows the picture, the
@@ -188,8 +191,11 @@ class _Explorer(_Twin):
         self.numbers: dict = {}
         self.lines: list[str] = []
         self.code: list[str] = []
+        # live widgets put the picture's title in the explorer's heading (one line less
+        # between the controls and the picture); a static picture draws it itself
+        self._live = not static_mode()
         self._recompute()
-        if not static_mode():
+        if self._live:
             self._build_widgets()
             self._show()
 
@@ -227,7 +233,7 @@ class _Explorer(_Twin):
 
         extra = ("gradient", "retained", "hooked")
         kw = {} if self.dpi is None else {"dpi": self.dpi}
-        title = self.picture_title()
+        title = None if getattr(self, "_live", False) else self.picture_title()
         w, h = draw.figure_size(self.graph, self.theme, title=title, legend_extra=extra)
         if self.theme not in self._size:  # measured when the theme is first shown
             for state in (self.DEFAULTS, *self.SIZE_STATES):
@@ -235,8 +241,9 @@ class _Explorer(_Twin):
                 other.theme, other.state = self.theme, {**self.DEFAULTS, **state}
                 other.graph, other.svg = None, ""
                 other.compute()
-                ow, oh = draw.figure_size(other.graph, self.theme, title=other.picture_title(),
-                                          legend_extra=extra)
+                ow, oh = draw.figure_size(
+                    other.graph, self.theme, legend_extra=extra,
+                    title=None if title is None else other.picture_title())
                 w, h = max(w, ow), max(h, oh)
         old_w, old_h = self._size.get(self.theme, (0.0, 0.0))
         self._size[self.theme] = kw["size"] = (max(w, old_w), max(h, old_h))
@@ -349,14 +356,17 @@ class _Explorer(_Twin):
     def _build_widgets(self) -> None:
         import ipywidgets as w
 
-        rows = [w.HBox(row, layout=w.Layout(flex_flow="row wrap", align_items="center"))
-                for row in self._control_widgets()]
+        controls = self._control_widgets()
         theme = w.Dropdown(options=themes.theme_options(), value=self.theme,
                            description=_("theme"),
                            layout=w.Layout(width="260px" if is_chinese() else "200px"))
         theme.add_class("xp-theme")
         theme.observe(lambda ch: self.set(theme=ch["new"]), "value")
         self.controls["theme"] = theme
+        # the theme ends the last row of controls: one row less between them and the picture
+        rows = [w.HBox(row, layout=w.Layout(flex_flow="row wrap", align_items="center",
+                                            grid_gap="0 1em"))
+                for row in [*controls[:-1], [*controls[-1], theme]]]
         self.figure_out = w.Output()
         self.figure_out.add_class("xp-figure")
         self.chart = w.HTML()
@@ -368,12 +378,15 @@ class _Explorer(_Twin):
         self.numbers_html.add_class("xp-numbers")
         self.code_html = w.HTML(layout=w.Layout(flex="0 1 auto", min_width="0"))
         self.code_html.add_class("xp-code")
+        # the picture right under the controls (both fit a 900 px window, so a click and
+        # what it changed are seen together), the code and the sentences under it
+        self.heading = w.HTML()
         self.widget = w.VBox([
-            w.HTML(f"<b>{html.escape(_(self.TITLE))}</b>"), *rows, theme,
+            self.heading, *rows,
+            self.figure_out if self.graph is not None else self.chart,
             w.HBox([self.code_html, self.numbers_html],
                    layout=w.Layout(flex_flow="row nowrap", align_items="flex-start",
                                    grid_gap="1.5em")),
-            self.figure_out if self.graph is not None else self.chart,
         ])
         self.widget.add_class("explorer")
         self.widget.add_class(self.CSS)
@@ -392,6 +405,8 @@ class _Explorer(_Twin):
     def _show(self) -> None:
         if self.widget is None:
             return
+        title = self.picture_title() if self.graph is not None else _(self.TITLE)
+        self.heading.value = f"<b>{html.escape(title)}</b>"
         if self.graph is not None:
             _png_widget_output(self.figure_out, self.png)
         else:
@@ -821,6 +836,11 @@ class NoGradExplorer(_Explorer):
         if g is None:  # the forward pass failed before backward()
             g = self._draw_forward(env)
         _refresh_grads(g)
+        # the picture says how the step ended (the graph of loss can be the same either way)
+        g.graph["caption"] = (
+            [(_("line {line} raised {kind}: the step stopped there", line=error[0],
+                kind=error[1].split(":")[0]), "error")] if error else
+            [(_("the step ran to the end."), "note")])
         self.graph = g
 
     @staticmethod

@@ -3,8 +3,8 @@
 One generated notebook holds all six, run once with Run All on the session's Lab server
 (the one ``test_lab.py`` uses), so the added cost is one page load and one Run All. For
 each explorer: its picture renders, a click on one of its controls changes the picture
-and the numbers (to what torch computes here) without changing the explorer's height, and
-no error shows. Screenshots of each
+and the numbers (to what torch computes here) without changing the explorer's height, its
+controls and picture fit a 900 px window together, and no error shows. Screenshots of each
 explorer before and after its click go to test-artifacts/.
 """
 
@@ -103,6 +103,21 @@ def test_every_explorer_renders_and_responds(lab, page):
         for bad in (*FAILURE_TEXTS, "Traceback"):
             assert bad not in text
         assert page.locator(".jp-Dialog").count() == 0
+        # in a 1400 x 900 window, each explorer's controls and its picture fit the notebook
+        # panel together: a click and what it changed are seen without scrolling
+        page.set_viewport_size({"width": 1400, "height": 900})
+        reach = page.evaluate("""() => {
+            const panel = document.querySelector('.jp-WindowedPanel-outer');
+            const out = {panel: panel.getBoundingClientRect().height};
+            for (const ex of document.querySelectorAll('.explorer')) {
+                const img = ex.querySelector('.xp-figure img, .xp-chart img');
+                const name = [...ex.classList].find(c => c.endsWith('-explorer'));
+                out[name] = img.getBoundingClientRect().bottom - ex.getBoundingClientRect().top;
+            }
+            return out; }""")
+        panel = reach.pop("panel")
+        assert len(reach) == len(CLICKS), reach
+        assert all(h <= panel for h in reach.values()), (panel, reach)
         assert len(assert_nothing_scrolls_sideways(page)) >= 6  # every explorer's picture
         page.screenshot(path=str(lab.artifact("explorers-after-clicks.png")), full_page=True)
     finally:
