@@ -732,14 +732,26 @@ def _tensors(obj, out: list) -> list:
 
 
 def _user_location() -> tuple[str, int, str] | None:
-    """``(file.py, line, function)`` of the innermost frame outside torch and this module."""
+    """``(file.py, line, function)`` of the innermost frame outside torch and this module;
+    code typed in a notebook cell is named as Jupyter's tracebacks name it (``Cell In[7]``),
+    not by the temporary file IPython compiled it to."""
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_TORCH_DIR + os.sep) and path != _THIS_FILE:
-            return os.path.basename(path), frame.f_lineno, frame.f_code.co_name
+            return (_cell_name(frame.f_code.co_filename) or os.path.basename(path),
+                    frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     return None
+
+
+def _cell_name(filename: str) -> str | None:
+    """``"Cell In[7]"`` when ``filename`` is the code of a cell the running IPython compiled
+    (its ``format_code_name``, what its own tracebacks print), else None."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    name = getattr(getattr(shell, "compile", None), "format_code_name", lambda _f: None)(filename)
+    return " ".join(name) if name else None
 
 
 def _place(site: tuple[str, int, str] | None, modules: list[str] = (), times: int = 1) -> str:
@@ -752,7 +764,8 @@ def _place(site: tuple[str, int, str] | None, modules: list[str] = (), times: in
     if len(names) > 3:
         shown = _("{modules}, ...", modules=shown)
     file, line, function = site
-    fields = {"location": f"{file}:{line}", "function": function, "count": times,
+    location = f"{file}, line {line}" if file.startswith("Cell ") else f"{file}:{line}"
+    fields = {"location": location, "function": function, "count": times,
               "modules": shown}
     if times > 1:
         if names:

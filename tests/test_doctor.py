@@ -548,3 +548,30 @@ def test_each_bar_is_coloured_by_its_own_norm():
             for (v, c, _l), name in zip(ex.chart_args["bars"], names, strict=True):
                 colours.setdefault(name, set()).add(c if v else "hatch")
             assert all(len(c) == 1 for c in colours.values()), colours
+
+
+def test_code_typed_in_a_cell_is_named_as_jupyter_names_it():
+    """In a notebook the doctor points at the cell and line the learner sees (as IPython's
+    tracebacks do: ``Cell In[3], line 5``), never at the temporary file the cell was
+    compiled to. A real IPython shell runs the cells here."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        for cell in ("import torch\nfrom torch import nn\nfrom course.doctor import diagnose",
+                     "torch.manual_seed(0)",
+                     "class Net(nn.Module):\n"
+                     "    def __init__(self):\n"
+                     "        super().__init__()\n"
+                     "        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 1)\n"
+                     "    def forward(self, x):\n"
+                     "        return self.b(self.a(x).detach())\n"
+                     "net = Net()\n"
+                     "found = diagnose(net, step=lambda: net(torch.ones(2, 3)).sum())"):
+            result = shell.run_cell(cell, store_history=True)
+            result.raise_error()
+        (finding,) = shell.user_ns["found"].findings_for("a.weight")
+    finally:
+        InteractiveShell.clear_instance()
+    assert "Cell In[3], line 6 in forward" in finding.detail, finding.detail
+    assert ".py:" not in finding.detail
