@@ -263,7 +263,7 @@ def define_learner(fn: LearnerFunction, extra: dict[str, Any] | None = None):
     except restricted.RefusedCode as exc:
         raise LearnerCodeError(str(exc), "RefusedCode") from None
     except Exception as exc:  # a syntax error, a failing decorator, a misnamed function
-        raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
+        raise LearnerCodeError(_short_tb(exc, fn.source), type(exc).__name__) from None
 
 
 def warns(action: Callable[[], Any]) -> bool:
@@ -293,17 +293,26 @@ def run_learner(fn: LearnerFunction, *args: Any, **kwargs: Any) -> CodeRun:
                 "NameError",
             ) from None
         except Exception as exc:
-            raise LearnerCodeError(_short_tb(exc), type(exc).__name__) from None
+            raise LearnerCodeError(_short_tb(exc, fn.source), type(exc).__name__) from None
     return CodeRun(result, [f"{w.category.__name__}: {w.message}" for w in caught])
 
 
-def _short_tb(exc: BaseException) -> str:
+def _short_tb(exc: BaseException, source: str | None = None) -> str:
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<your function")
     ]
-    where = (_(" (line {line} of your function)", line=frames[-1].lineno - 1) if frames
-             else "")
+    where = _where(frames[-1].lineno, source) if frames and frames[-1].lineno else ""
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _where(line: int, source: str | None) -> str:
+    """`` (line 5 of your function: `loss.backward()`)``: counted as the cell shows it (the
+    ``def`` line is line 1), with the line itself, so nobody has to count."""
+    lines = (source or "").splitlines()
+    code = lines[line - 1].strip().replace("`", "'") if 0 < line <= len(lines) else ""
+    if code:
+        return _(" (line {line} of your function: `{code}`)", line=line, code=code)
+    return _(" (line {line} of your function)", line=line)
 
 
 @dataclass

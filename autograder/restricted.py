@@ -210,19 +210,24 @@ def compile_function(source: str, filename: str) -> types.CodeType:
     compile(source, filename, "exec")  # a learner's syntax error, as Python reports it
     result = compile_restricted_exec(source, filename, policy=_Transformer)
     if result.errors:
-        raise RefusedCode(_explain(result.errors[0]))
+        raise RefusedCode(_explain(result.errors[0], source))
     return result.code
 
 
-def _explain(error: str) -> str:
-    """RestrictedPython's message as the learner's line: ``line 3: `sys._getframe` ...``."""
+def _explain(error: str, source: str = "") -> str:
+    """RestrictedPython's message as the learner's line: ``line 3 of your function
+    (`return y.__dict__`) is not run ...``, counted as the cell shows it (``def`` is line 1)."""
     line, _sep, text = error.partition(": ")
     line = line.replace("Line ", "").strip()
     if not line.isdigit():
         return error
-    # counted as tracebacks of learner code count (see questions._short_tb)
+    lines = source.splitlines()
+    n = int(line)
+    if 0 < n <= len(lines) and lines[n - 1].strip():
+        return _("line {line} of your function (`{code}`) is not run by the checker ({reason})",
+                 line=n, code=lines[n - 1].strip().replace("`", "'"), reason=text.rstrip("."))
     return _("line {line} of your function is not run by the checker ({reason})",
-             line=max(1, int(line) - 1), reason=text.rstrip("."))
+             line=max(1, n), reason=text.rstrip("."))
 
 
 # --------------------------------------------------------------------------- run time

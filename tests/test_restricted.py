@@ -158,7 +158,7 @@ def test_a_refusal_names_the_line_and_what_an_answer_may_use():
     with pytest.raises(restricted.RefusedCode) as refused:
         restricted.compile_function("def f(x):\n    y = x\n    return y.__dict__\n", "<f>")
     text = str(refused.value)
-    assert "line 2 of your function" in text and "__dict__" in text
+    assert "line 3 of your function (`return y.__dict__`)" in text  # def is line 1
     assert "`math`" in text
 
 
@@ -169,3 +169,14 @@ def test_a_syntax_error_is_pythons_own():
 
 def test_a_refused_attribute_reads_as_missing_to_hasattr():
     assert _run("return [hasattr(torch, 'os'), hasattr(torch, 'tensor')]") == [False, True]
+
+
+def test_a_failing_line_is_counted_as_the_cell_shows_it_and_quoted():
+    """Lesson 01 Q11's starter fails on its fifth line (``def`` is line 1, as in the cell)."""
+    from autograder.lessons.l01_leaves import Q11Typo
+    from autograder.questions import LearnerCodeError, LearnerFunction, run_learner
+
+    with pytest.raises(LearnerCodeError) as failed:
+        run_learner(LearnerFunction(name="weigh_parcels", source=Q11Typo.starter))
+    assert Q11Typo.starter.splitlines()[4].strip() == "(w * weights).sum().backward()"
+    assert "(line 5 of your function: `(w * weights).sum().backward()`)" in str(failed.value)
