@@ -1105,8 +1105,12 @@ class DoctorExplorer(_Explorer):
                      *patient_source(bug).splitlines(),
                      f"report = diagnose(model, step=loss_fn, vanishing=1e-4, "
                      f"theme={self.theme!r})"]
-        lines = [_("{bug}, {layers} layers: the doctor found {count} finding(s).",
-                   bug=_(BUGS[bug]), layers=layers, count=len(report.findings))]
+        # counted as the bullets below group them: parameters (a weight and a bias per
+        # layer) in layers, never a bare "24 findings" above one bullet
+        flagged = {(f.param or "").rpartition(".")[0] for f in report.findings}
+        lines = [_("{bug}, {layers} layers: the doctor flagged {count} parameter(s) in "
+                   "{flagged} layer(s).", bug=_(BUGS[bug]), layers=layers,
+                   count=len(report.findings), flagged=len(flagged))]
         groups: dict[str, list] = {}  # status -> findings, in the doctor's order
         for f in report.findings:
             groups.setdefault(f.status, []).append(f)
