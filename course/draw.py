@@ -76,10 +76,11 @@ GAP_X = 0.42                # inches between columns: edges cross here, and only
 ROW_GAP = 0.24              # inches between the drawn extents of two nodes in a column
 MARGIN = 0.25
 LANE = 0.14                 # inches between two edges running side by side where a graph wraps
-# The widest a drawing gets: the notebook column. JupyterLab's output area is about 968 CSS
-# px wide in a 1400 px window with the file browser open; 9.6 in at DISPLAY_DPI is 922 px.
+# The widest a drawing gets: the notebook column. JupyterLab's output area is about 848 CSS
+# px wide in a 1280 px window with the file browser open (968 px at 1400 px); 8.75 in at
+# DISPLAY_DPI is 840 px. Every drawing, chart and figure course.show() displays keeps to it.
 # A wider graph is wrapped into bands (see Geometry); its text keeps its size.
-COLUMN_WIDTH = 9.6
+COLUMN_WIDTH = 8.75
 MARK_H = 1.3 * FONT / 72    # height of a line of mark text (gradient, step number)
 NOTE_FONT = 9.5             # a node's note (what an explorer's control did to it)
 NOTE_H = 1.3 * NOTE_FONT / 72
@@ -1612,9 +1613,16 @@ def _encode_png(rgba, dpi: float) -> bytes:
 def show(fig) -> None:
     """Display a matplotlib figure the way the course shows its drawings: rendered at 2x and
     shown at 1x (crisp on high-density screens, the notebook column's size at 100 % zoom), then
-    closed if pyplot holds it, so it is not shown a second time."""
+    closed if pyplot holds it, so it is not shown a second time. A figure wider than the
+    notebook column (:data:`COLUMN_WIDTH`) is laid out again at the column's width, its text
+    at its size, so nothing hides behind a scrollbar."""
     from IPython.display import Image, display
 
+    w, h = fig.get_size_inches()
+    if w > COLUMN_WIDTH:
+        fig.set_size_inches(COLUMN_WIDTH, h)
+        if fig.get_layout_engine() is None:  # a one-off tight_layout() made for the old width
+            fig.tight_layout()
     png, meta = _figure_png(fig)
     display(Image(png, width=meta["width"], height=meta["height"], unconfined=True))
     import matplotlib.pyplot as plt

@@ -587,3 +587,29 @@ def test_the_chinese_site_search_finds_chinese_words(built, offline_page, word):
     # errors are the offline site's, and the hits are what the reader needs)
 
 
+
+
+def test_every_figure_a_lesson_shows_fits_a_1280_px_window(built):
+    """Every picture a lesson's code displays (graphs, explorer states, charts, the doctor's
+    plots, its own matplotlib figures), in both editions' executions, is at most 840 CSS px
+    wide: JupyterLab's output area in a 1280 px window with the file browser open is 848."""
+    import base64
+
+    from jupyter_cache import get_cache
+
+    from course.draw import display_width
+
+    cache = get_cache(str(built[5] / "jupyter_cache"))
+    widths = {}
+    for record in cache.list_cache_records():
+        nb = cache.get_cache_bundle(record.pk).nb
+        for cell in nb.cells:
+            for out in cell.get("outputs", []):
+                png = out.get("data", {}).get("image/png")
+                if png:
+                    meta = out.get("metadata", {}).get("image/png", {})
+                    shown = meta.get("width") or display_width(base64.b64decode(png))
+                    widths[f"{record.uri}:{cell.get('id')}"] = shown
+    assert len(widths) >= 20, widths
+    too_wide = {k: w for k, w in widths.items() if w > 840}
+    assert not too_wide, too_wide
