@@ -589,7 +589,9 @@ def _legend_entries(theme: str, present, retained: bool, hooked: bool, grads: bo
     if hooked:
         entries.append((("marker",), themes.term(theme, "hooked")))
     if grads:
-        entries.append((("text", "0.5"), themes.term(theme, "gradient")))
+        # "grad" as every node writes its gradient ("grad [1, ...]"): a sample value would be
+        # a number the learner looks for in the picture and never finds
+        entries.append((("text", "grad"), themes.term(theme, "gradient")))
     if steps:
         entries.append((("text", "#1"), themes.term(theme, "step")))
     if running:

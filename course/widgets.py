@@ -677,6 +677,9 @@ class BackwardStepper(_Twin):
 
     def _graph_at(self, k: int, final: bool = False):
         g = self.graph.copy()
+        # the arrows are the forward pass; the numbers on them travel the other way
+        g.graph["caption"] = [(_("the red numbers travel against the arrows: {backward} runs "
+                                 "from the output back to the leaves", backward="backward()"), "note")]
         for d in g.nodes.values():
             d.update(grad=None, highlight=False, faded=d["kind"] == "function" and not final)
         for u, v in g.edges:
