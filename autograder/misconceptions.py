@@ -245,7 +245,8 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "inplace_always_fatal": Misconception(
         N_("thinks every in-place operation breaks backward"),
-        N_("autograd raises only when a value saved for backward was overwritten; z = x*y; "
+        N_("backward() raises only when a value saved for backward was overwritten (an "
+           "in-place edit of a leaf that requires grad is refused at once); z = x*y; "
            "z.add_(1) backpropagates fine."),
         "06_inplace",
         section=N_("Which parcels the audit photographed"),
@@ -388,8 +389,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "saved_values_confused": Misconception(
         N_("mixes up what an operation saves for backward"),
-        N_("exp, sigmoid, tanh, relu and sqrt save their output; mul and pow save the inputs the "
-           "gradient formula needs (for x * c with c not requiring grad: only c); add saves "
+        N_("exp, sigmoid, tanh, relu and sqrt save their output; mul saves the inputs the "
+           "gradient formula needs (for x * c with c not requiring grad: only c); pow saves its "
+           "base and exponent, and its output too when the exponent is a tensor; add saves "
            "nothing. Only overwriting a saved value breaks backward."),
         "06_inplace",
         section=N_("Which parcels the audit photographed"),

@@ -249,3 +249,87 @@ def test_l06_q1_add_saves_no_tensor_and_mul_by_a_number_saves_only_the_number():
                 and isinstance(getattr(z.grad_fn, a), torch.Tensor)]
     z.mul_(2)
     assert z.grad_fn._saved_self is None and z.grad_fn._saved_other.item() == 2.0
+
+
+# --------------------------------------------------------------- claims stated no wider than true
+
+
+def test_l06_inference_tensors_have_no_version_counter():
+    """06 section 1: every tensor has a version counter starting at 0 and each in-place change
+    adds one, except tensors made under ``torch.inference_mode()``."""
+    t = torch.zeros(2)
+    assert t._version == 0
+    t.add_(1)
+    assert t._version == 1
+    with torch.inference_mode():
+        skipped = torch.zeros(2)
+    with pytest.raises(RuntimeError, match="do not track version counter"):
+        _ = skipped._version
+
+
+def test_only_a_saved_value_makes_backward_raise_and_a_leaf_edit_is_refused_at_once():
+    """03 section 2, 07 case 4, 08 section 4, the in-place misconception: after an in-place
+    edit, backward() raises only when the edit overwrote a value saved for backward; an
+    in-place edit of a leaf that requires grad is refused at the edit itself."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = torch.tensor([3.0, 4.0], requires_grad=True)
+    z = x * y                      # saves x and y, not z
+    z.add_(1)
+    assert _backward_error(z) is None
+    s = x.tanh()                   # saves its output
+    s.add_(1)
+    assert "modified by an inplace operation" in _backward_error(s)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x.add_(1)
+
+
+def test_l02_q4_a_failed_backward_adds_nothing_only_when_it_fails_first():
+    """02 Q4's hint: the second ``loss.backward()`` raises before any gradient reaches x; a
+    backward that fails halfway keeps what it had already added."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * x).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError):
+        loss.backward()
+    assert x.grad.tolist() == [2.0, 4.0]          # nothing added by the failed call
+    a = torch.ones(2, requires_grad=True)
+    b = torch.ones(2, requires_grad=True)
+    s = (b * 1).sigmoid()
+    s.add_(1)                                      # sigmoid's saved output overwritten
+    with pytest.raises(RuntimeError):
+        ((a * 3).sum() + s.sum()).backward()
+    assert a.grad.tolist() == [3.0, 3.0]           # a's branch ran before the failure
+
+
+def test_pow_saves_base_and_exponent_and_its_output_for_a_tensor_exponent():
+    """The saved-values misconception: pow saves its base and exponent, and its output too
+    when the exponent is a tensor."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    by_number = w ** 3
+    saved = {n for n in dir(by_number.grad_fn) if n.startswith("_saved_")}
+    assert saved == {"_saved_self", "_saved_exponent"}
+    by_tensor = w ** torch.tensor([2.0, 3.0], requires_grad=True)
+    saved = {n for n in dir(by_tensor.grad_fn) if n.startswith("_saved_")}
+    assert saved == {"_saved_self", "_saved_exponent", "_saved_result"}
+
+
+def test_l08_a_data_clamp_is_passed_through_with_the_clamped_values():
+    """08 section 4: after ``pred.data.clamp_(min=0)`` the gradient flows through the clamped
+    entries as if nothing cut them (a real clamp sends them 0), computed from the clamped
+    values (neither the unclamped gradient nor the clamp's)."""
+    w = torch.tensor([-1.0, 2.0], requires_grad=True)
+
+    def grad(edit):
+        w.grad = None
+        pred = w * 1.0
+        pred = edit(pred)
+        ((pred - 2) ** 2).sum().backward()
+        return w.grad.tolist()
+
+    def forged(p):
+        p.data.clamp_(min=0)
+        return p
+
+    assert grad(forged) == [2 * (0.0 - 2), 2 * (2.0 - 2)]       # clamped value, passed through
+    assert grad(lambda p: p.clamp(min=0)) == [0.0, 0.0]          # a real clamp: 0 where cut
+    assert grad(lambda p: p) == [2 * (-1.0 - 2), 0.0]            # no clamp at all
