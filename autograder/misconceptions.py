@@ -49,9 +49,10 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     "output_can_be_leaf": Misconception(
         N_("thinks a computed result can be a leaf while its inputs require grad"),
         N_("a differentiable operation (arithmetic, sum, sigmoid, ...) on a tensor that requires "
-           "grad records a grad_fn, so its result is a non-leaf (a transit station, a "
-           "semi-finished dish); only comparisons, argmax, integer casts and detach() give "
-           "leaves."),
+           "grad records a grad_fn while recording is on, so its result is a non-leaf (a transit "
+           "station, a semi-finished dish); leaves come only from results that carry no "
+           "gradient (comparisons, argmax, integer casts), from detach() or .data, and from "
+           "anything computed under no_grad()."),
         "01_leaves",
         section=N_("Who is a leaf?"),
     ),
@@ -651,8 +652,9 @@ MISCONCEPTIONS: dict[str, Misconception] = {
     ),
     "grad_log_aliases": Misconception(
         N_("logs p.grad without copying it"),
-        N_("while gradients accumulate, backward adds into the same .grad tensor in place: every "
-           "logged reference ends up showing the last total. Log p.grad.clone() (or a float)."),
+        N_("while gradients accumulate, an ordinary backward adds into the same .grad tensor in "
+           "place (only backward(create_graph=True) files a new one each pass): every logged "
+           "reference ends up showing the last total. Log p.grad.clone() (or a float)."),
         "04_hooks",
         section=N_("A probe at a sorting centre, and one behind the desk"),
     ),

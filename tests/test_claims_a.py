@@ -150,8 +150,10 @@ def test_l04_grad_is_one_tensor_updated_in_place():
 
 
 def test_l04_create_graph_files_a_new_grad_each_pass():
-    """Lesson 04, cell 11's exception: with backward(create_graph=True), each pass makes a new
-    .grad tensor with a grad_fn, and torch warns about the reference cycle."""
+    """Lesson 04, cell 11's exception (and the grad_log_aliases misconception's): with
+    backward(create_graph=True), each pass makes a new .grad tensor, with a grad_fn only when
+    the gradient depends on w (3w^2, not the constant 2 of w * 2), and torch warns about the
+    reference cycle."""
     w = torch.tensor([1.0, -1.0], requires_grad=True)
     refs = []
     w.register_post_accumulate_grad_hook(lambda p: refs.append(p.grad))
@@ -161,6 +163,7 @@ def test_l04_create_graph_files_a_new_grad_each_pass():
         (w**3).sum().backward(create_graph=True)
     assert refs[0] is not refs[1]
     assert [t.tolist() for t in refs] == [[2.0, 2.0], [5.0, 5.0]]
+    assert refs[0].grad_fn is None and refs[1].grad_fn is not None
     assert w.grad.grad_fn is not None
     assert any("create_graph=True" in str(m.message) for m in caught)
     w.grad = None
@@ -309,3 +312,30 @@ def test_l05_view_made_in_inference_mode_sends_nothing_back():
         window = n[0:2]
     (window * 2).sum().backward()
     assert window.grad is None and n.grad is None
+
+
+def test_l03_more_than_one_way_makes_a_second_pot():
+    """Lesson 03's introduction: a second pot takes a copy; detach().clone() is the usual way
+    and not the only one (torch.tensor(t) copies too, with a warning; clone().detach())."""
+    broth = torch.tensor([1.0, 2.0], requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        copies = [broth.detach().clone(), broth.clone().detach(), torch.tensor(broth)]
+    assert any("copy construct" in str(m.message) for m in caught)
+    for pot in copies:
+        assert pot.is_leaf and not pot.requires_grad
+        assert pot.data_ptr() != broth.data_ptr()
+        pot.add_(1)
+    assert broth.tolist() == [1.0, 2.0]            # the first pot never moved
+
+
+def test_l01_leaves_come_from_no_gradient_results_detach_data_and_no_grad():
+    """The output_can_be_leaf misconception: with recording on, a differentiable result of a
+    tensor that requires grad is a non-leaf; leaves come from results that carry no gradient,
+    from detach() or .data, and from anything computed under no_grad()."""
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    assert not (x * 2).is_leaf
+    with torch.no_grad():
+        quiet = x * 2
+    for leaf in ((x > 0), x.argmax(), x.long(), x.detach() * 2, (x * 2).data, quiet):
+        assert leaf.is_leaf and leaf.grad_fn is None
