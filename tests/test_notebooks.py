@@ -197,3 +197,74 @@ def test_language_info_is_complete(assignment):
         info = read(notebook_path(assignment, where)).metadata.get("language_info", {})
         assert LANGUAGE_INFO_KEYS <= set(info), (where.name, sorted(info))
         assert info["name"] == "python" and info["version"].count(".") == 2
+
+
+# What a lesson's code uses -> the page of PyTorch's reference that documents it.
+TORCH_APIS = {
+    r"\.is_leaf\b": "torch.Tensor.is_leaf",
+    r"requires_grad=True|\.requires_grad\b": "torch.Tensor.requires_grad",
+    r"\.backward\(": "torch.Tensor.backward",
+    r"\.grad\b(?!_)": "torch.Tensor.grad",
+    r"\.retain_grad\(": "torch.Tensor.retain_grad",
+    r"\.retains_grad\b": "torch.Tensor.retains_grad",
+    r"\.register_hook\(": "torch.Tensor.register_hook",
+    r"register_post_accumulate_grad_hook\(": "torch.Tensor.register_post_accumulate_grad_hook",
+    r"register_full_backward_hook\(": "torch.nn.Module.register_full_backward_hook",
+    r"\.detach\(": "torch.Tensor.detach",
+    r"\.detach_\(": "torch.Tensor.detach_",
+    r"\.requires_grad_\(": "torch.Tensor.requires_grad_",
+    r"no_grad\(": "torch.no_grad",
+    r"enable_grad\(": "torch.enable_grad",
+    r"inference_mode\(": "torch.inference_mode",
+    r"set_grad_enabled\(": "torch.set_grad_enabled",
+    r"autograd\.grad\(": "torch.autograd.grad",
+    r"\.zero_grad\(": "torch.optim.Optimizer.zero_grad",
+    r"detect_anomaly": "torch.autograd.detect_anomaly",
+    r"clip_grad_norm_\(": "torch.nn.utils.clip_grad_norm_",
+    r"kaiming_normal_\(": "torch.nn.init.kaiming_normal_",
+}
+DOCS = "https://docs.pytorch.org/docs/stable/"
+
+
+def _documented(name: str) -> bool:
+    """Whether ``torch.Tensor.is_leaf`` (say) names a real object of this torch."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("root", ["", "zh-CN"])
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_each_api_a_lesson_uses_links_to_pytorchs_documentation(root, assignment):
+    """Every autograd API a lesson's code uses is linked, in both editions, to the page of
+    PyTorch's reference that documents it (and every lesson to the autograd mechanics note);
+    every linked name is a real object of this torch, its page named as PyTorch's docs name
+    their pages."""
+    import re
+
+    path = ROOT / root / "source" / assignment / f"{assignment}.ipynb"
+    nb = read(path)
+    code = "\n".join(c.source for c in nb.cells
+                     if c.cell_type == "code" and "BEGIN HIDDEN" not in c.source)
+    used = {name for pattern, name in TORCH_APIS.items() if re.search(pattern, code)}
+    assert len(used) >= 5, used
+    (docs,) = [c.source for c in nb.cells if c.get("id") == "pytorch-docs"]
+    linked = dict(re.findall(r"\[`([\w.]+)`\]\((\S+?)\)", docs))
+    assert used <= set(linked), used - set(linked)
+    assert f"]({DOCS}notes/autograd.html)" in docs
+    for name, url in linked.items():
+        assert _documented(name), name
+        page = url.removeprefix(DOCS)
+        assert page in (f"generated/{name}.html", f"generated/{name.rpartition('.')[0]}.html#{name}",
+                        f"nn.init.html#{name}"), (name, url)
