@@ -308,8 +308,9 @@ def _short_tb(exc: BaseException, source: str | None = None) -> str:
 def _where(line: int, source: str | None) -> str:
     """`` (line 5 of your function: `loss.backward()`)``: counted as the cell shows it (the
     ``def`` line is line 1), with the line itself, so nobody has to count."""
-    lines = (source or "").splitlines()
-    code = lines[line - 1].strip().replace("`", "'") if 0 < line <= len(lines) else ""
+    from autograder.restricted import source_line
+
+    code = source_line(source, line)
     if code:
         return _(" (line {line} of your function: `{code}`)", line=line, code=code)
     return _(" (line {line} of your function)", line=line)

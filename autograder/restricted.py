@@ -221,13 +221,20 @@ def _explain(error: str, source: str = "") -> str:
     line = line.replace("Line ", "").strip()
     if not line.isdigit():
         return error
-    lines = source.splitlines()
     n = int(line)
-    if 0 < n <= len(lines) and lines[n - 1].strip():
+    code = source_line(source, n)
+    if code:
         return _("line {line} of your function (`{code}`) is not run by the checker ({reason})",
-                 line=n, code=lines[n - 1].strip().replace("`", "'"), reason=text.rstrip("."))
+                 line=n, code=code, reason=text.rstrip("."))
     return _("line {line} of your function is not run by the checker ({reason})",
              line=max(1, n), reason=text.rstrip("."))
+
+
+def source_line(source: str | None, n: int) -> str:
+    """Line ``n`` of a learner's source (``def`` is line 1, as the cell shows it), stripped
+    and safe to quote in a code span; ``""`` if there is no such line."""
+    lines = (source or "").splitlines()
+    return lines[n - 1].strip().replace("`", "'") if 0 < n <= len(lines) else ""
 
 
 # --------------------------------------------------------------------------- run time
